@@ -1,0 +1,1040 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "config.h"
+#include "credentials.h"
+#include "error.h"
+#include "log.h"
+
+#define DEFAULT_REGION	    "us-east-1"
+#define PREFIX_MAX	    1024
+#define REGION_MAX	    64
+#define SECONDS_MAX	    3600.0
+#define REQUEST_SECONDS_MAX 86400.0
+
+/* A -o option: @value is NULL when none was given. */
+typedef gboolean (*option_fn)(struct config *cfg, const char *name,
+			      const char *value, GError **error);
+
+struct option_def {
+	const char *name;
+	const char *metavar; /* NULL for a flag */
+	option_fn apply;
+};
+
+static const char *env_get(const char *name)
+{
+	const char *value = g_getenv(name);
+
+	return value && *value ? value : NULL;
+}
+
+static gboolean bad_value(GError **error, const char *name, const char *value,
+			  const char *problem)
+{
+	g_autofree char *v = log_escape(value, -1);
+
+	g_set_error(error, BFS_ERROR, EINVAL, "option '%s': '%s' %s", name, v,
+		    problem);
+	return FALSE;
+}
+
+/* --- numbers ----------------------------------------------------------- */
+
+static gboolean parse_uint(const char *s, guint64 min, guint64 max,
+			   guint64 *out)
+{
+	const char *p;
+
+	if (!*s || strlen(s) > 20)
+		return FALSE;
+	for (p = s; *p; p++) {
+		if (!g_ascii_isdigit(*p))
+			return FALSE;
+	}
+	return g_ascii_string_to_unsigned(s, 10, min, max, out, NULL);
+}
+
+/* Decimal seconds: digits with at most one '.', no sign or exponent. */
+static gboolean parse_seconds(const char *s, double min, gboolean min_open,
+			      double max, double *out)
+{
+	gboolean dot = FALSE;
+	gboolean digit = FALSE;
+	const char *p;
+	double d;
+
+	if (strlen(s) > 32)
+		return FALSE;
+	for (p = s; *p; p++) {
+		if (*p == '.' && !dot)
+			dot = TRUE;
+		else if (g_ascii_isdigit(*p))
+			digit = TRUE;
+		else
+			return FALSE;
+	}
+	if (!digit)
+		return FALSE;
+	d = g_ascii_strtod(s, NULL);
+	if (d < min || (min_open && d == min) || d > max)
+		return FALSE;
+	*out = d;
+	return TRUE;
+}
+
+/* --- names and URLs ---------------------------------------------------- */
+
+static gboolean region_valid(const char *region)
+{
+	const char *p;
+
+	if (!*region || strlen(region) > REGION_MAX)
+		return FALSE;
+	for (p = region; *p; p++) {
+		if (!g_ascii_isalnum(*p) && *p != '-' && *p != '_' && *p != '.')
+			return FALSE;
+	}
+	return TRUE;
+}
+
+static gboolean bucket_char_valid(char c)
+{
+	return g_ascii_isalnum(c) || c == '.' || c == '-' || c == '_';
+}
+
+/* Whether @bucket can be the first label(s) of a virtual-hosted name. */
+static gboolean bucket_dns_compatible(const char *bucket, gboolean allow_dots)
+{
+	gsize len = strlen(bucket);
+	const char *p;
+
+	if (len < 3 || len > 63)
+		return FALSE;
+	if (!g_ascii_isalnum(bucket[0]) || !g_ascii_isalnum(bucket[len - 1]))
+		return FALSE;
+	for (p = bucket; *p; p++) {
+		if (g_ascii_isupper(*p) || *p == '_')
+			return FALSE;
+		if (*p == '.' && (!allow_dots || p[1] == '.'))
+			return FALSE;
+	}
+	return TRUE;
+}
+
+static gboolean host_char_valid(char c)
+{
+	return g_ascii_isalnum(c) || c == '-' || c == '.' || c == '_';
+}
+
+static gboolean ipv6_char_valid(char c)
+{
+	return g_ascii_isxdigit(c) || c == ':' || c == '.';
+}
+
+static gboolean url_error(GError **error, const char *shown,
+			  const char *problem)
+{
+	g_autofree char *v = log_escape(shown, -1);
+
+	g_set_error(error, BFS_ERROR, EINVAL, "'%s': %s", v, problem);
+	return FALSE;
+}
+
+/* Splits "host[:port]" and validates both; @host gets the host. */
+static gboolean endpoint_parse_authority(const char *url, const char *auth,
+					 gsize len, char **host, guint *port,
+					 GError **error)
+{
+	const char *colon = NULL;
+	gsize hlen = len;
+	guint64 n;
+	gsize i;
+
+	if (len > 0 && auth[0] == '[') {
+		const char *close = memchr(auth, ']', len);
+
+		if (!close || close == auth + 1)
+			return url_error(error, url, "invalid IPv6 address");
+		for (i = 1; auth + i < close; i++) {
+			if (!ipv6_char_valid(auth[i]))
+				return url_error(error, url,
+						 "invalid IPv6 address");
+		}
+		hlen = (gsize)(close - auth) + 1;
+		if (hlen < len && auth[hlen] != ':')
+			return url_error(error, url, "invalid IPv6 address");
+		if (hlen < len)
+			colon = auth + hlen;
+	} else {
+		colon = memchr(auth, ':', len);
+		if (colon)
+			hlen = (gsize)(colon - auth);
+		for (i = 0; i < hlen; i++) {
+			if (!host_char_valid(auth[i]))
+				return url_error(error, url,
+						 "invalid character in the "
+						 "host name");
+		}
+	}
+	if (hlen == 0)
+		return url_error(error, url, "no host");
+
+	*port = 0;
+	if (colon) {
+		g_autofree char *digits =
+			g_strndup(colon + 1, len - (gsize)(colon + 1 - auth));
+
+		if (!parse_uint(digits, 1, 65535, &n))
+			return url_error(error, url,
+					 "the port must be a number between "
+					 "1 and 65535");
+		*port = (guint)n;
+	}
+	*host = g_ascii_strdown(auth, (gssize)hlen);
+	return TRUE;
+}
+
+/*
+ * What an error may quote of @url: all of it, unless it has an '@', which
+ * may end a user:password part (itself possibly holding '/', '#' or '@'):
+ * then only the scheme and what follows the last '@'.
+ */
+static char *endpoint_shown(const char *url, const char *sep)
+{
+	const char *at = strrchr(url, '@');
+
+	if (!at)
+		return g_strdup(url);
+	if (!sep || sep > at)
+		return g_strdup_printf("...@%s", at + 1);
+	return g_strdup_printf("%.*s://...@%s", (int)(sep - url), url, at + 1);
+}
+
+/* Normalizes an endpoint URL into *@out. */
+static gboolean endpoint_parse(const char *url, char **out, GError **error)
+{
+	const char *sep = strstr(url, "://");
+	g_autofree char *shown = endpoint_shown(url, sep);
+	g_autofree char *scheme = NULL;
+	g_autofree char *host = NULL;
+	const char *auth;
+	const char *rest;
+	guint port;
+
+	if (!sep)
+		return url_error(error, shown,
+				 "expected http://HOST[:PORT] or "
+				 "https://HOST[:PORT]");
+	scheme = g_ascii_strdown(url, sep - url);
+	if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
+		return url_error(error, shown,
+				 "the scheme must be http or https");
+	if (strchr(url, '@'))
+		return url_error(error, shown,
+				 "a user name or password in the URL is not "
+				 "supported (credentials come from the "
+				 "environment or a profile)");
+	auth = sep + 3;
+	rest = auth + strcspn(auth, "/?#");
+	if (strpbrk(rest, "?#"))
+		return url_error(error, url, "a query is not supported");
+	if (*rest && strcmp(rest, "/") != 0)
+		return url_error(error, url,
+				 "a path is not supported (give a prefix as "
+				 "s3://BUCKET/PREFIX)");
+	if (!endpoint_parse_authority(url, auth, (gsize)(rest - auth), &host,
+				      &port, error))
+		return FALSE;
+
+	if (port == 0 || (port == 80 && strcmp(scheme, "http") == 0) ||
+	    (port == 443 && strcmp(scheme, "https") == 0))
+		*out = g_strdup_printf("%s://%s", scheme, host);
+	else
+		*out = g_strdup_printf("%s://%s:%u", scheme, host, port);
+	return TRUE;
+}
+
+static void endpoints_add(GPtrArray *endpoints, char *url)
+{
+	guint i;
+
+	for (i = 0; i < endpoints->len; i++) {
+		if (strcmp(g_ptr_array_index(endpoints, i), url) == 0) {
+			g_free(url);
+			return;
+		}
+	}
+	g_ptr_array_add(endpoints, url);
+}
+
+static gboolean endpoint_is_aws(const char *url)
+{
+	return g_str_has_suffix(url, ".amazonaws.com") ||
+	       g_str_has_suffix(url, ".amazonaws.com.cn");
+}
+
+/* --- the -o options ---------------------------------------------------- */
+
+static gboolean opt_endpoint(struct config *cfg, const char *name,
+			     const char *value, GError **error)
+{
+	char *url;
+
+	if (!endpoint_parse(value, &url, error)) {
+		g_prefix_error(error, "option '%s': ", name);
+		return FALSE;
+	}
+	endpoints_add(cfg->endpoints, url);
+	cfg->endpoints_from_options = TRUE;
+	return TRUE;
+}
+
+static gboolean opt_region(struct config *cfg, const char *name,
+			   const char *value, GError **error)
+{
+	if (!region_valid(value))
+		return bad_value(error, name, value,
+				 "is not a region name (letters, digits, "
+				 "'-', '_', '.')");
+	g_free(cfg->region);
+	cfg->region = g_strdup(value);
+	g_free(cfg->region_source);
+	cfg->region_source = g_strdup("-o region");
+	return TRUE;
+}
+
+static gboolean opt_addressing(struct config *cfg, const char *name,
+			       const char *value, GError **error)
+{
+	if (strcmp(value, "path") == 0)
+		cfg->addressing = ADDRESSING_PATH;
+	else if (strcmp(value, "virtual") == 0)
+		cfg->addressing = ADDRESSING_VIRTUAL;
+	else if (strcmp(value, "auto") == 0)
+		cfg->addressing = ADDRESSING_AUTO;
+	else
+		return bad_value(error, name, value,
+				 "is not one of path, virtual or auto");
+	return TRUE;
+}
+
+static gboolean opt_ca_file(struct config *cfg, const char *name,
+			    const char *value, GError **error)
+{
+	(void)name;
+	(void)error;
+	g_free(cfg->ca_file);
+	cfg->ca_file = g_strdup(value);
+	return TRUE;
+}
+
+static gboolean opt_index(struct config *cfg, const char *name,
+			  const char *value, GError **error)
+{
+	(void)name;
+	(void)error;
+	g_free(cfg->index_path);
+	cfg->index_path = g_strdup(value);
+	return TRUE;
+}
+
+static gboolean opt_profile(struct config *cfg, const char *name,
+			    const char *value, GError **error)
+{
+	const char *p;
+
+	for (p = value; *p; p++) {
+		if ((guchar)*p < 0x20 || *p == 0x7f || *p == '[' || *p == ']')
+			return bad_value(error, name, value,
+					 "is not a profile name");
+	}
+	g_free(cfg->profile);
+	cfg->profile = g_strdup(value);
+	return TRUE;
+}
+
+static gboolean opt_anonymous(struct config *cfg, const char *name,
+			      const char *value, GError **error)
+{
+	(void)name;
+	(void)value;
+	(void)error;
+	cfg->anonymous = TRUE;
+	return TRUE;
+}
+
+static gboolean opt_timeout(struct config *cfg, const char *name,
+			    const char *value, GError **error)
+{
+	double *field = strcmp(name, "connect_timeout") == 0
+				? &cfg->connect_timeout
+				: &cfg->stall_timeout;
+
+	if (!parse_seconds(value, 0, TRUE, SECONDS_MAX, field))
+		return bad_value(error, name, value,
+				 "is not a number of seconds greater than 0 "
+				 "and at most 3600");
+	return TRUE;
+}
+
+static gboolean opt_request_timeout(struct config *cfg, const char *name,
+				    const char *value, GError **error)
+{
+	if (!parse_seconds(value, 0, FALSE, REQUEST_SECONDS_MAX,
+			   &cfg->request_timeout))
+		return bad_value(error, name, value,
+				 "is not a number of seconds between 0 "
+				 "(none) and 86400");
+	return TRUE;
+}
+
+static gboolean opt_max_attempts(struct config *cfg, const char *name,
+				 const char *value, GError **error)
+{
+	guint64 n;
+
+	if (!parse_uint(value, 1, 100, &n))
+		return bad_value(error, name, value,
+				 "is not an integer between 1 and 100");
+	cfg->max_attempts = (guint)n;
+	return TRUE;
+}
+
+static gboolean opt_max_connections(struct config *cfg, const char *name,
+				    const char *value, GError **error)
+{
+	guint64 n;
+
+	if (!parse_uint(value, 1, 1000000, &n))
+		return bad_value(error, name, value,
+				 "is not an integer between 1 and 1000000");
+	cfg->max_connections = (guint)n;
+	return TRUE;
+}
+
+static gboolean opt_ro(struct config *cfg, const char *name, const char *value,
+		       GError **error)
+{
+	(void)name;
+	(void)value;
+	(void)error;
+	cfg->read_only = TRUE;
+	return TRUE;
+}
+
+static gboolean opt_rw(struct config *cfg, const char *name, const char *value,
+		       GError **error)
+{
+	(void)cfg;
+	(void)value;
+	g_set_error(error, BFS_ERROR, EINVAL,
+		    "option '%s': bucketfs is read-only for now", name);
+	return FALSE;
+}
+
+static const struct option_def option_defs[] = {
+	{ "endpoint", "URL", opt_endpoint },
+	{ "region", "NAME", opt_region },
+	{ "addressing", "path|virtual|auto", opt_addressing },
+	{ "ca_file", "PATH", opt_ca_file },
+	{ "index", "PATH", opt_index },
+	{ "profile", "NAME", opt_profile },
+	{ "anonymous", NULL, opt_anonymous },
+	{ "connect_timeout", "SECONDS", opt_timeout },
+	{ "stall_timeout", "SECONDS", opt_timeout },
+	{ "request_timeout", "SECONDS", opt_request_timeout },
+	{ "max_attempts", "N", opt_max_attempts },
+	{ "max_connections", "N", opt_max_connections },
+	{ "ro", NULL, opt_ro },
+	{ "rw", NULL, opt_rw },
+};
+
+static const struct option_def *option_find(const char *name)
+{
+	gsize i;
+
+	for (i = 0; i < G_N_ELEMENTS(option_defs); i++) {
+		if (strcmp(option_defs[i].name, name) == 0)
+			return &option_defs[i];
+	}
+	return NULL;
+}
+
+/* Names that could only carry a secret: refused even as pass-through. */
+static gboolean option_looks_secret(const char *name)
+{
+	static const char *const words[] = {
+		"secret",     "password",  "passwd",	 "token",
+		"access_key", "accesskey", "credential",
+	};
+	g_autofree char *lower = g_ascii_strdown(name, -1);
+	gsize i;
+
+	for (i = 0; i < G_N_ELEMENTS(words); i++) {
+		if (strstr(lower, words[i]))
+			return TRUE;
+	}
+	return FALSE;
+}
+
+/*
+ * The next item of an -o argument, unescaped, or NULL at the end.  Empty
+ * items are skipped.
+ */
+static char *option_next(const char **p)
+{
+	GString *item;
+
+	while (**p == ',')
+		(*p)++;
+	if (!**p)
+		return NULL;
+	item = g_string_new(NULL);
+	for (; **p && **p != ','; (*p)++) {
+		if (**p == '\\' && ((*p)[1] == ',' || (*p)[1] == '\\'))
+			(*p)++;
+		g_string_append_c(item, **p);
+	}
+	return g_string_free(item, FALSE);
+}
+
+static gboolean option_apply(struct config *cfg, char *item,
+			     GPtrArray *passthrough, GError **error)
+{
+	const struct option_def *def;
+	g_autofree char *name = NULL;
+	char *eq = strchr(item, '=');
+	const char *value = eq ? eq + 1 : NULL;
+	g_autofree char *shown = NULL;
+
+	name = eq ? g_strndup(item, (gsize)(eq - item)) : g_strdup(item);
+	shown = log_escape(name, -1);
+	if (option_looks_secret(name)) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option '%s': secrets are not accepted as options "
+			    "(they would show in ps and /proc/mounts); use "
+			    "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or a "
+			    "profile (-o profile=NAME)",
+			    shown);
+		return FALSE;
+	}
+	def = option_find(name);
+	if (!def && passthrough) {
+		g_ptr_array_add(passthrough, g_strdup(item));
+		return TRUE;
+	}
+	if (!def) {
+		g_set_error(error, BFS_ERROR, EINVAL, "unknown option '%s'",
+			    shown);
+		return FALSE;
+	}
+	if (!def->metavar && value) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option '%s' takes no value", shown);
+		return FALSE;
+	}
+	if (def->metavar && (!value || !*value)) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option '%s' needs a value: %s=%s", shown, shown,
+			    def->metavar);
+		return FALSE;
+	}
+	return def->apply(cfg, def->name, value, error);
+}
+
+gboolean config_parse_options(struct config *cfg, const char *opts,
+			      GPtrArray *passthrough, GError **error)
+{
+	const char *p = opts;
+	char *item;
+
+	g_return_val_if_fail(cfg != NULL && opts != NULL, FALSE);
+	g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
+
+	while ((item = option_next(&p))) {
+		gboolean ok = option_apply(cfg, item, passthrough, error);
+
+		g_free(item);
+		if (!ok)
+			return FALSE;
+	}
+	return TRUE;
+}
+
+/* --- the URL ----------------------------------------------------------- */
+
+static gboolean bucket_check(const char *url, const char *bucket,
+			     GError **error)
+{
+	g_autofree char *u = log_escape(url, -1);
+	g_autofree char *b = log_escape(bucket, -1);
+	gsize len = strlen(bucket);
+	const char *p;
+
+	if (len == 0) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "'%s': no bucket name; expected "
+			    "s3://BUCKET[/PREFIX]",
+			    u);
+		return FALSE;
+	}
+	for (p = bucket; *p; p++) {
+		if (!bucket_char_valid(*p)) {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "'%s': bucket name '%s' may contain only "
+				    "letters, digits, '.', '-' and '_'",
+				    u, b);
+			return FALSE;
+		}
+	}
+	if (len < 3 || len > 63) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "'%s': bucket name '%s' is not 3 to 63 "
+			    "characters long",
+			    u, b);
+		return FALSE;
+	}
+	return TRUE;
+}
+
+gboolean config_parse_url(struct config *cfg, const char *url, GError **error)
+{
+	g_autofree char *bucket = NULL;
+	g_autofree char *u = NULL;
+	const char *rest;
+	const char *slash;
+	const char *prefix;
+
+	g_return_val_if_fail(cfg != NULL && url != NULL, FALSE);
+	g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
+
+	u = log_escape(url, -1);
+	if (g_ascii_strncasecmp(url, "s3://", 5) != 0) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "'%s': expected s3://BUCKET[/PREFIX]", u);
+		return FALSE;
+	}
+	rest = url + 5;
+	slash = strchr(rest, '/');
+	bucket =
+		slash ? g_strndup(rest, (gsize)(slash - rest)) : g_strdup(rest);
+	if (!bucket_check(url, bucket, error))
+		return FALSE;
+	prefix = slash ? slash + 1 : "";
+	if (!g_utf8_validate(prefix, -1, NULL)) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "'%s': the prefix is not valid UTF-8", u);
+		return FALSE;
+	}
+	if (strlen(prefix) >= PREFIX_MAX) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "'%s': the prefix is longer than %d bytes", u,
+			    PREFIX_MAX - 1);
+		return FALSE;
+	}
+
+	g_free(cfg->bucket);
+	cfg->bucket = g_steal_pointer(&bucket);
+	g_free(cfg->prefix);
+	if (*prefix && !g_str_has_suffix(prefix, "/"))
+		cfg->prefix = g_strconcat(prefix, "/", NULL);
+	else
+		cfg->prefix = g_strdup(prefix);
+	return TRUE;
+}
+
+/* --- config_finish ----------------------------------------------------- */
+
+static gboolean finish_region(struct config *cfg, GError **error)
+{
+	static const char *const vars[] = { "AWS_REGION",
+					    "AWS_DEFAULT_REGION" };
+	g_autofree char *from_profile = NULL;
+	const char *value;
+	gsize i;
+
+	if (cfg->region)
+		return TRUE;
+	for (i = 0; i < G_N_ELEMENTS(vars); i++) {
+		value = env_get(vars[i]);
+		if (!value)
+			continue;
+		if (!region_valid(value)) {
+			g_autofree char *v = log_escape(value, -1);
+
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "%s: '%s' is not a region name", vars[i],
+				    v);
+			return FALSE;
+		}
+		cfg->region = g_strdup(value);
+		cfg->region_source = g_strdup(vars[i]);
+		return TRUE;
+	}
+
+	from_profile = credentials_profile_region(cfg->profile, error);
+	if (!from_profile && error && *error) {
+		g_prefix_error(error, "the region of the AWS profile: ");
+		return FALSE;
+	}
+	if (!from_profile) {
+		cfg->region = g_strdup(DEFAULT_REGION);
+		cfg->region_source = g_strdup("default");
+		return TRUE;
+	}
+	value = cfg->profile ? cfg->profile : env_get("AWS_PROFILE");
+	if (!region_valid(from_profile)) {
+		g_autofree char *v = log_escape(from_profile, -1);
+
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "region of profile '%s' in the AWS config file: "
+			    "'%s' is not a region name",
+			    value ? value : "default", v);
+		return FALSE;
+	}
+	cfg->region = g_steal_pointer(&from_profile);
+	cfg->region_source =
+		g_strdup_printf("profile '%s' in the AWS config file",
+				value ? value : "default");
+	return TRUE;
+}
+
+static gboolean endpoints_from_list(struct config *cfg, const char *var,
+				    const char *list, GError **error)
+{
+	g_auto(GStrv) items = g_strsplit(list, ",", -1);
+	guint i;
+
+	for (i = 0; items[i]; i++) {
+		char *url;
+
+		g_strstrip(items[i]);
+		if (!*items[i])
+			continue;
+		if (!endpoint_parse(items[i], &url, error)) {
+			g_prefix_error(error, "%s: ", var);
+			return FALSE;
+		}
+		endpoints_add(cfg->endpoints, url);
+	}
+	return TRUE;
+}
+
+static gboolean finish_endpoints(struct config *cfg, GError **error)
+{
+	static const char *const vars[] = {
+		"S3_ENDPOINT_URIS",
+		"AWS_ENDPOINT_URL_S3",
+		"AWS_ENDPOINT_URL",
+	};
+	const char *domain;
+	gsize i;
+
+	if (cfg->endpoints->len > 0) {
+		cfg->endpoints_from_options = TRUE;
+		cfg->endpoint_source = g_strdup("-o endpoint");
+		return TRUE;
+	}
+	for (i = 0; i < G_N_ELEMENTS(vars); i++) {
+		const char *value = env_get(vars[i]);
+
+		if (!value)
+			continue;
+		if (!endpoints_from_list(cfg, vars[i], value, error))
+			return FALSE;
+		if (cfg->endpoints->len == 0)
+			continue;
+		cfg->endpoint_source = g_strdup(vars[i]);
+		return TRUE;
+	}
+	domain = g_str_has_prefix(cfg->region, "cn-") ? "amazonaws.com.cn"
+						      : "amazonaws.com";
+	g_ptr_array_add(cfg->endpoints, g_strdup_printf("https://s3.%s.%s",
+							cfg->region, domain));
+	cfg->endpoint_source =
+		g_strdup_printf("default for region %s", cfg->region);
+	return TRUE;
+}
+
+static gboolean finish_addressing(struct config *cfg, GError **error)
+{
+	g_autofree char *b = NULL;
+	gboolean aws = TRUE;
+	guint i;
+
+	if (cfg->addressing == ADDRESSING_PATH)
+		return TRUE;
+	if (cfg->addressing == ADDRESSING_VIRTUAL) {
+		if (bucket_dns_compatible(cfg->bucket, TRUE))
+			return TRUE;
+		b = log_escape(cfg->bucket, -1);
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option 'addressing': 'virtual' needs a bucket "
+			    "name that can be part of a host name, and '%s' "
+			    "cannot (use addressing=path)",
+			    b);
+		return FALSE;
+	}
+	for (i = 0; i < cfg->endpoints->len; i++)
+		aws = aws &&
+		      endpoint_is_aws(g_ptr_array_index(cfg->endpoints, i));
+	/* Dots break the TLS wildcard match of bucket.s3.amazonaws.com. */
+	cfg->addressing = aws && bucket_dns_compatible(cfg->bucket, FALSE)
+				  ? ADDRESSING_VIRTUAL
+				  : ADDRESSING_PATH;
+	return TRUE;
+}
+
+static gboolean any_https(const struct config *cfg)
+{
+	guint i;
+
+	for (i = 0; i < cfg->endpoints->len; i++) {
+		if (g_str_has_prefix(g_ptr_array_index(cfg->endpoints, i),
+				     "https://"))
+			return TRUE;
+	}
+	return FALSE;
+}
+
+static gboolean ca_file_check(const char *path, const char *what,
+			      GError **error)
+{
+	g_autofree char *p = log_escape(path, -1);
+	struct stat st;
+	int err = 0;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		err = errno;
+	else if (fstat(fd, &st) < 0)
+		err = errno;
+	else if (S_ISDIR(st.st_mode))
+		err = EISDIR;
+	if (fd >= 0)
+		close(fd);
+	if (!err)
+		return TRUE;
+	g_set_error(error, BFS_ERROR, err, "%s: '%s': %s", what, p,
+		    g_strerror(err));
+	return FALSE;
+}
+
+static gboolean finish_ca_file(struct config *cfg, GError **error)
+{
+	const char *env = env_get("AWS_CA_BUNDLE");
+
+	if (cfg->ca_file)
+		return ca_file_check(cfg->ca_file, "option 'ca_file'", error);
+	if (!env || !any_https(cfg))
+		return TRUE;
+	if (!ca_file_check(env, "AWS_CA_BUNDLE", error))
+		return FALSE;
+	cfg->ca_file = g_strdup(env);
+	return TRUE;
+}
+
+gboolean config_finish(struct config *cfg, GError **error)
+{
+	g_return_val_if_fail(cfg != NULL && cfg->endpoints != NULL, FALSE);
+	g_return_val_if_fail(error == NULL || *error == NULL, FALSE);
+
+	if (!cfg->bucket) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "no bucket given: expected s3://BUCKET[/PREFIX]");
+		return FALSE;
+	}
+	return finish_region(cfg, error) && finish_endpoints(cfg, error) &&
+	       finish_addressing(cfg, error) && finish_ca_file(cfg, error);
+}
+
+/* --- init, clear, describe, help --------------------------------------- */
+
+void config_init(struct config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->prefix = g_strdup("");
+	cfg->endpoints = g_ptr_array_new_with_free_func(g_free);
+	cfg->addressing = ADDRESSING_AUTO;
+	cfg->connect_timeout = 10;
+	cfg->stall_timeout = 30;
+	cfg->request_timeout = 0;
+	cfg->max_attempts = 10;
+	cfg->max_connections = 0;
+	cfg->read_only = TRUE;
+}
+
+void config_clear(struct config *cfg)
+{
+	g_free(cfg->bucket);
+	g_free(cfg->prefix);
+	if (cfg->endpoints)
+		g_ptr_array_unref(cfg->endpoints);
+	g_free(cfg->region);
+	g_free(cfg->ca_file);
+	g_free(cfg->index_path);
+	g_free(cfg->profile);
+	g_free(cfg->endpoint_source);
+	g_free(cfg->region_source);
+	memset(cfg, 0, sizeof(*cfg));
+}
+
+static const char *addressing_name(enum addressing a)
+{
+	switch (a) {
+	case ADDRESSING_PATH:
+		return "path";
+	case ADDRESSING_VIRTUAL:
+		return "virtual";
+	case ADDRESSING_AUTO:
+		break;
+	}
+	return "auto";
+}
+
+static void describe_seconds(GString *s, const char *label, double v)
+{
+	if (v == 0)
+		g_string_append_printf(s, "%-17s none\n", label);
+	else
+		g_string_append_printf(s, "%-17s %g s\n", label, v);
+}
+
+static void describe_endpoints(GString *s, const struct config *cfg)
+{
+	guint i;
+
+	if (cfg->endpoints->len == 0) {
+		g_string_append_printf(s, "%-17s (not resolved yet)\n",
+				       "endpoints:");
+		return;
+	}
+	for (i = 0; i < cfg->endpoints->len; i++) {
+		g_autofree char *e =
+			log_escape(g_ptr_array_index(cfg->endpoints, i), -1);
+
+		g_string_append_printf(s, "%-17s %s", i ? "" : "endpoints:", e);
+		if (i == 0 && cfg->endpoint_source)
+			g_string_append_printf(s, " (%s)",
+					       cfg->endpoint_source);
+		g_string_append_c(s, '\n');
+	}
+}
+
+static void describe_credentials(GString *s, const struct config *cfg)
+{
+	const char *env = env_get("AWS_PROFILE");
+	g_autofree char *p = NULL;
+
+	if (cfg->anonymous) {
+		g_string_append_printf(s, "%-17s anonymous (unsigned)\n",
+				       "credentials:");
+		return;
+	}
+	if (cfg->profile) {
+		p = log_escape(cfg->profile, -1);
+		g_string_append_printf(s, "%-17s profile '%s' (-o profile)\n",
+				       "credentials:", p);
+		return;
+	}
+	p = log_escape(env ? env : "default", -1);
+	g_string_append_printf(s,
+			       "%-17s AWS_ACCESS_KEY_ID if set, else profile "
+			       "'%s'%s\n",
+			       "credentials:", p, env ? " (AWS_PROFILE)" : "");
+}
+
+char *config_describe(const struct config *cfg)
+{
+	GString *s = g_string_new(NULL);
+	g_autofree char *bucket =
+		log_escape(cfg->bucket ? cfg->bucket : "?", -1);
+	g_autofree char *prefix =
+		log_escape(cfg->prefix ? cfg->prefix : "", -1);
+	g_autofree char *ca =
+		cfg->ca_file ? log_escape(cfg->ca_file, -1) : NULL;
+	g_autofree char *index =
+		cfg->index_path ? log_escape(cfg->index_path, -1) : NULL;
+
+	g_string_append_printf(s, "%-17s s3://%s/%s\n", "bucket:", bucket,
+			       prefix);
+	describe_endpoints(s, cfg);
+	if (cfg->region)
+		g_string_append_printf(
+			s, "%-17s %s (%s)\n", "region:", cfg->region,
+			cfg->region_source ? cfg->region_source : "?");
+	else
+		g_string_append_printf(s, "%-17s (not resolved yet)\n",
+				       "region:");
+	g_string_append_printf(s, "%-17s %s\n",
+			       "addressing:", addressing_name(cfg->addressing));
+	describe_credentials(s, cfg);
+	g_string_append_printf(s, "%-17s %s\n",
+			       "ca_file:", ca ? ca : "system default");
+	g_string_append_printf(s, "%-17s %s\n",
+			       "index:", index ? index : "default location");
+	describe_seconds(s, "connect_timeout:", cfg->connect_timeout);
+	describe_seconds(s, "stall_timeout:", cfg->stall_timeout);
+	describe_seconds(s, "request_timeout:", cfg->request_timeout);
+	g_string_append_printf(s, "%-17s %u\n",
+			       "max_attempts:", cfg->max_attempts);
+	if (cfg->max_connections)
+		g_string_append_printf(s, "%-17s %u\n", "max_connections:",
+				       cfg->max_connections);
+	else
+		g_string_append_printf(s, "%-17s from RLIMIT_NOFILE\n",
+				       "max_connections:");
+	g_string_append_printf(s, "%-17s %s\n", "mode:",
+			       cfg->read_only ? "read-only" : "read-write");
+	return g_string_free(s, FALSE);
+}
+
+/* The text as it is shown; lines of at most 72 columns. */
+/* clang-format off */
+static const char config_help[] =
+"S3 options (-o OPT[,OPT...]; write a comma in a value as \\,):\n"
+"    endpoint=URL          S3 endpoint, http[s]://HOST[:PORT]; repeat it\n"
+"                          for several endpoints (default:\n"
+"                          $S3_ENDPOINT_URIS, a comma list, else\n"
+"                          $AWS_ENDPOINT_URL_S3 or $AWS_ENDPOINT_URL,\n"
+"                          else AWS)\n"
+"    region=NAME           signing region (default: $AWS_REGION,\n"
+"                          $AWS_DEFAULT_REGION, the profile's region,\n"
+"                          else us-east-1)\n"
+"    addressing=STYLE      path, virtual or auto (default auto: virtual\n"
+"                          for AWS, else path)\n"
+"    ca_file=PATH          CA certificates for https (default:\n"
+"                          $AWS_CA_BUNDLE, else the system's)\n"
+"    index=PATH            the listing index file (default: the\n"
+"                          standard location)\n"
+"    profile=NAME          AWS profile for keys and region (default:\n"
+"                          $AWS_PROFILE, else default)\n"
+"    anonymous             send unsigned requests (public buckets)\n"
+"    connect_timeout=SECS  connect timeout, 0 < SECS <= 3600 (default 10)\n"
+"    stall_timeout=SECS    give up a transfer after SECS without\n"
+"                          progress, 0 < SECS <= 3600 (default 30)\n"
+"    request_timeout=SECS  limit for one attempt, 0 = none, at most\n"
+"                          86400 (default 0)\n"
+"    max_attempts=N        attempts per request, 1..100 (default 10)\n"
+"    max_connections=N     connection limit, 1..1000000 (default: from\n"
+"                          RLIMIT_NOFILE)\n"
+"    ro                    read-only (the default; rw is not supported\n"
+"                          yet)\n"
+"\n"
+"Credentials come from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY\n"
+"(and $AWS_SESSION_TOKEN), else from the profile in ~/.aws/credentials\n"
+"or ~/.aws/config (see $AWS_SHARED_CREDENTIALS_FILE, $AWS_CONFIG_FILE).\n"
+"There is deliberately no option for a secret key: options are visible\n"
+"in ps and /proc/mounts.\n";
+/* clang-format on */
+
+const char *config_options_help(void)
+{
+	return config_help;
+}

@@ -1,0 +1,87 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * credentials.h - where the S3 keys come from.
+ *
+ * The resolution order follows the AWS CLI:
+ *
+ *  1. anonymous: no keys, requests go unsigned;
+ *  2. if no profile was named explicitly (the @profile argument, i.e.
+ *     -o profile=NAME): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, with
+ *     AWS_SESSION_TOKEN if set (an empty variable counts as unset);
+ *  3. the profile @profile, else $AWS_PROFILE, else "default":
+ *     a. section [NAME] of the shared credentials file
+ *        ($AWS_SHARED_CREDENTIALS_FILE, default ~/.aws/credentials);
+ *     b. else section [profile NAME] (or [default] / [profile default])
+ *        of the config file ($AWS_CONFIG_FILE, default ~/.aws/config).
+ *     The keys aws_access_key_id and aws_secret_access_key (and optionally
+ *     aws_session_token) must come together from the same file.
+ *
+ * Only static keys are supported: role_arn, sso_*, credential_process and
+ * the instance metadata service are not.
+ *
+ * The files are read with a small parser of the format the AWS CLI accepts
+ * (Python's configparser): "[section]" headers, "key = value" or
+ * "key: value" lines (key names are case-insensitive), full-line comments
+ * starting with '#' or ';' (there are no inline comments), and indented
+ * continuation lines, which hold nested settings ("s3 =" followed by
+ * indented lines) and are skipped.  A repeated section or key: the last
+ * value wins.
+ *
+ * Secrets (the secret key and the session token) never appear in a log
+ * line or an error message; parse errors give file:line and the problem,
+ * never the line.  Buffers that held them are wiped before being freed.
+ */
+#ifndef BUCKETFS_CREDENTIALS_H
+#define BUCKETFS_CREDENTIALS_H
+
+#include <glib.h>
+
+/* Plain data, owned by whoever loaded it; free with credentials_free(). */
+struct credentials {
+	char *access_key_id;	 /* NULL if anonymous */
+	char *secret_access_key; /* never logged, never in an error */
+	char *session_token;	 /* NULL if none */
+	/*
+	 * For humans: "environment (AWS_ACCESS_KEY_ID)",
+	 * "profile 'dev' in /root/.aws/credentials", "anonymous".
+	 */
+	char *source;
+	gboolean anonymous;
+};
+
+/*
+ * Resolves the credentials as described above.  @profile (borrowed, may be
+ * NULL) is a profile named explicitly by the user; NULL lets the
+ * environment keys and then $AWS_PROFILE decide.  Returns newly allocated
+ * credentials, or NULL with @error set (domain BFS_ERROR):
+ *
+ *  - EINVAL: only one of AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY is set;
+ *    the profile lacks one of the two keys, or one is empty; a key contains
+ *    a control character; a file does not parse (file:line and the
+ *    problem);
+ *  - ENOENT: a named profile (argument or $AWS_PROFILE) is in neither file
+ *    ("profile 'x' not found in /path/credentials or /path/config"); or,
+ *    with nothing named, there are no credentials at all (the message
+ *    lists the ways to provide them);
+ *  - another errno: a file exists but cannot be read (the path and
+ *    strerror); EFBIG if it is larger than 1 MiB.
+ *
+ * A missing file is not an error in itself.  Reads the environment, so call
+ * it before starting threads that may change it (any thread otherwise).
+ */
+struct credentials *credentials_load(const char *profile, gboolean anonymous,
+				     GError **error);
+
+/* Wipes the secrets (explicit_bzero) and frees @creds.  NULL is ignored. */
+void credentials_free(struct credentials *creds);
+
+/*
+ * The region setting of @profile (NULL: $AWS_PROFILE, else "default") in
+ * the config file, newly allocated; NULL without an error when the file,
+ * the profile or the setting is absent (or empty).  Errors as for
+ * credentials_load(): EINVAL for a file that does not parse, the errno of
+ * a file that exists but cannot be read.  Any thread (see above).
+ */
+char *credentials_profile_region(const char *profile, GError **error);
+
+#endif

@@ -1,0 +1,13 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <errno.h>
+
+#include "error.h"
+
+G_DEFINE_QUARK(bucketfs-error-quark, bfs_error)
+
+int bfs_error_errno(const GError *error)
+{
+	if (error && error->domain == BFS_ERROR && error->code > 0)
+		return error->code;
+	return EIO;
+}

@@ -1,0 +1,803 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * s3.c - S3 verbs: requests are built and signed per attempt (the endpoint
+ * and the clock change between attempts), judged on the HTTP event thread,
+ * and mapped to errno here and nowhere else.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <curl/curl.h>
+
+#include "credentials.h"
+#include "error.h"
+#include "http.h"
+#include "log.h"
+#include "s3.h"
+#include "sigv4.h"
+
+struct s3 {
+	struct http *http;
+	char *bucket;
+	char *region;
+	gboolean virtual_hosted;
+	char **endpoints;		/* NULL-terminated, immutable */
+	struct credentials *creds;	/* immutable after s3_new() */
+};
+
+enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PING };
+
+/*
+ * One S3 call.  Built by the caller's thread, then owned by the HTTP
+ * request (freed through its data_free) and used on the event thread only.
+ */
+struct call {
+	struct s3 *s3;
+	enum call_kind kind;
+	char *key;		/* NULL for bucket-level calls */
+	char *query;		/* encoded, or NULL */
+	GPtrArray *sign_headers; /* "Name: value", signed and sent */
+	guint64 offset;
+	guint64 length;
+	gboolean ranged;
+	char *if_match;
+	struct s3_object_meta meta;
+	struct s3_list_page *page;	/* CALL_LIST result */
+
+	s3_get_done_fn get_done;	/* async GET */
+	void *user;
+	struct sync *sync;		/* blocking calls */
+};
+
+/* A blocking caller waits here for the event thread. */
+struct sync {
+	GMutex lock;
+	GCond cond;
+	gboolean finished;	/* protected by lock */
+	GBytes *data;
+	struct s3_object_meta meta;
+	struct s3_list_page *page;
+	GError *error;
+};
+
+void s3_object_meta_clear(struct s3_object_meta *meta)
+{
+	g_clear_pointer(&meta->etag, g_free);
+	g_clear_pointer(&meta->request_id, g_free);
+	g_clear_pointer(&meta->endpoint, g_free);
+	memset(meta, 0, sizeof(*meta));
+}
+
+static void call_free(void *p)
+{
+	struct call *call = p;
+
+	g_free(call->key);
+	g_free(call->query);
+	g_free(call->if_match);
+	g_clear_pointer(&call->sign_headers, g_ptr_array_unref);
+	g_clear_pointer(&call->page, s3_list_page_free);
+	s3_object_meta_clear(&call->meta);
+	g_free(call);
+}
+
+static struct call *call_new(struct s3 *s3, enum call_kind kind,
+			     const char *key)
+{
+	struct call *call = g_new0(struct call, 1);
+
+	call->s3 = s3;
+	call->kind = kind;
+	call->key = g_strdup(key);
+	call->sign_headers = g_ptr_array_new_with_free_func(g_free);
+	return call;
+}
+
+/* -- building requests -------------------------------------------------- */
+
+static void append_query(GString *q, const char *name, const char *value)
+{
+	g_autofree char *enc = NULL;
+
+	if (!value)
+		return;
+	enc = sigv4_uri_encode(value, -1, FALSE);
+	g_string_append_printf(q, "%s%s=%s", q->len ? "&" : "", name, enc);
+}
+
+/*
+ * URL and signature for one attempt on @ep.  Path-style puts the bucket in
+ * the path, virtual-hosted in the host name; either way the key is encoded
+ * exactly once and sent as is (CURLOPT_PATH_AS_IS).
+ */
+static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
+			     GString *url, GPtrArray *headers, void *data,
+			     GError **error)
+{
+	struct call *call = data;
+	struct s3 *s3 = call->s3;
+	g_autoptr(GString) path = g_string_new("/");
+	g_autofree char *host = NULL;
+	g_auto(GStrv) auth = NULL;
+	guint i;
+
+	(void)error;
+	if (call->kind == CALL_PING) {
+		g_string_append_c(url, '/');
+		return TRUE;
+	}
+	if (s3->virtual_hosted) {
+		host = g_strdup_printf("%s.%s", s3->bucket, ep->hostport);
+		g_string_printf(url, "%s://%s", ep->scheme, host);
+	} else {
+		g_autofree char *b = sigv4_uri_encode(s3->bucket, -1, FALSE);
+
+		host = g_strdup(ep->hostport);
+		g_string_append(path, b);
+		if (call->key)
+			g_string_append_c(path, '/');
+	}
+	if (call->key) {
+		g_autofree char *k = sigv4_uri_encode(call->key, -1, TRUE);
+
+		g_string_append(path, k);
+	}
+	g_string_append(url, path->str);
+	if (call->query)
+		g_string_append_printf(url, "?%s", call->query);
+	for (i = 0; i < call->sign_headers->len; i++)
+		g_ptr_array_add(headers,
+				g_strdup(g_ptr_array_index(call->sign_headers,
+							   i)));
+	if (s3->creds->anonymous)
+		return TRUE;
+	g_ptr_array_add(call->sign_headers, NULL);
+	{
+		struct sigv4_credentials c = {
+			.access_key_id = s3->creds->access_key_id,
+			.secret_access_key = s3->creds->secret_access_key,
+			.session_token = s3->creds->session_token,
+		};
+		struct sigv4_request r = {
+			.method = call->kind == CALL_HEAD ? "HEAD" : "GET",
+			.host = host,
+			.path = path->str,
+			.query = call->query,
+			.payload_sha256 = NULL,
+			.headers = (const char *const *)call->sign_headers
+					   ->pdata,
+			.region = s3->region,
+			.service = "s3",
+			.unix_time = now,
+		};
+
+		auth = sigv4_sign(&c, &r);
+	}
+	g_ptr_array_remove_index(call->sign_headers,
+				 call->sign_headers->len - 1);
+	for (i = 0; auth[i]; i++)
+		g_ptr_array_add(headers, g_steal_pointer(&auth[i]));
+	return TRUE;
+}
+
+/* -- judging responses -------------------------------------------------- */
+
+static void meta_from_response(struct s3_object_meta *meta,
+			       const struct http_response *resp)
+{
+	const char *v;
+
+	s3_object_meta_clear(meta);
+	meta->status = resp->status;
+	meta->endpoint = g_strdup(resp->endpoint->url);
+	meta->request_id = g_strdup(http_response_header(resp,
+							 "x-amz-request-id"));
+	v = http_response_header(resp, "etag");
+	if (v) {
+		gsize n = strlen(v);
+
+		if (n >= 2 && v[0] == '"' && v[n - 1] == '"')
+			meta->etag = g_strndup(v + 1, n - 2);
+		else
+			meta->etag = g_strdup(v);
+	}
+	v = http_response_header(resp, "last-modified");
+	if (v)
+		meta->mtime = MAX(0, (gint64)curl_getdate(v, NULL));
+	v = http_response_header(resp, "date");
+	if (v)
+		meta->server_date = MAX(0, (gint64)curl_getdate(v, NULL));
+	v = http_response_header(resp, "content-length");
+	if (v)
+		meta->size = g_ascii_strtoull(v, NULL, 10);
+}
+
+static int errno_for(long status, const char *code)
+{
+	if (code && !strcmp(code, "RequestTimeout"))
+		return ETIMEDOUT;
+	if (status == 404)
+		return ENOENT;
+	if (status == 403)
+		return EACCES;
+	if (status == 412)
+		return ESTALE;
+	if (status == 416)
+		return EINVAL;
+	if (status >= 400 && status < 500 && status != 429)
+		return EINVAL;
+	return EIO;
+}
+
+static gboolean status_is_transient(long status, const char *code)
+{
+	if (status >= 500 || status == 429)
+		return status != 501;
+	return code && !strcmp(code, "RequestTimeout");
+}
+
+/* The skew an S3 RequestTimeTooSkewed error implies, in seconds. */
+static void append_skew(GString *msg, const struct s3_error_info *info)
+{
+	gint64 server, request;
+
+	if (!info->server_time || !info->request_time ||
+	    !s3_xml_parse_time(info->server_time, &server) ||
+	    !s3_xml_parse_time(info->request_time, &request))
+		return;
+	g_string_append_printf(msg,
+			       " [clock skew %+" G_GINT64_FORMAT
+			       " s: server time %s, our request time %s; "
+			       "fix this host's clock (NTP)]",
+			       request - server, info->server_time,
+			       info->request_time);
+}
+
+/* Detail S3 attaches to some errors, worth a clause of its own. */
+static void append_error_detail(GString *msg, const struct s3_error_info *info,
+				const struct http_response *resp)
+{
+	const char *region = info->region;
+
+	if (!region)
+		region = http_response_header(resp, "x-amz-bucket-region");
+	if (info->endpoint)
+		g_string_append_printf(msg, " [the bucket must be addressed "
+				       "through endpoint '%s']",
+				       info->endpoint);
+	if (region)
+		g_string_append_printf(msg, " [the bucket is in region '%s'; "
+				       "use -o region=%s]", region, region);
+	if (resp->status >= 300 && resp->status < 400) {
+		const char *loc = http_response_header(resp, "location");
+
+		g_string_append_printf(msg, " [redirect%s%s not followed]",
+				       loc ? " to " : "", loc ? loc : "");
+	}
+	if (info->code && !strcmp(info->code, "RequestTimeTooSkewed"))
+		append_skew(msg, info);
+	if (info->code && !strcmp(info->code, "SignatureDoesNotMatch") &&
+	    info->canonical_request) {
+		g_autofree char *cr = log_escape(info->canonical_request, -1);
+
+		g_string_append_printf(msg, " [server's canonical request: %s]",
+				       cr);
+	}
+}
+
+/*
+ * "HTTP 503 SlowDown: Please reduce your request rate. (RequestId: X)".
+ * HEAD responses have no body, so for them the status alone must speak.
+ */
+static enum http_verdict judge_error(struct call *call,
+				     const struct http_response *resp,
+				     GError **error)
+{
+	struct s3_error_info info = { 0 };
+	g_autoptr(GString) msg = g_string_new(NULL);
+	const char *rid = http_response_header(resp, "x-amz-request-id");
+	gboolean parsed = FALSE;
+	int code;
+
+	g_string_printf(msg, "HTTP %ld", resp->status);
+	if (resp->body->len > 0 && call->kind != CALL_HEAD) {
+		g_autoptr(GError) perr = NULL;
+
+		parsed = s3_xml_parse_error((const char *)resp->body->data,
+					    resp->body->len, &info, &perr);
+		if (!parsed)
+			g_string_append_printf(msg, " (error body unreadable: "
+					       "%s)", perr->message);
+	}
+	if (parsed) {
+		g_string_append_printf(msg, " %s", info.code ? info.code : "");
+		if (info.message)
+			g_string_append_printf(msg, ": %s", info.message);
+		if (info.request_id)
+			rid = info.request_id;
+	} else if (resp->status == 404) {
+		g_string_append(msg, " Not Found (no such key or bucket)");
+	} else if (resp->status == 403) {
+		g_string_append(msg, " Forbidden (access denied, unknown "
+			       "access key or bad signature; a HEAD response "
+			       "carries no reason: bucketfs-doctor shows it)");
+	} else if (resp->status == 412) {
+		g_string_append(msg, " Precondition Failed");
+	}
+	append_error_detail(msg, &info, resp);
+	if (rid)
+		g_string_append_printf(msg, " (RequestId: %s)", rid);
+	code = errno_for(resp->status, info.code);
+	g_set_error_literal(error, BFS_ERROR, code, msg->str);
+	{
+		gboolean transient = status_is_transient(resp->status,
+							 info.code);
+
+		s3_error_info_clear(&info);
+		return transient ? HTTP_VERDICT_RETRY : HTTP_VERDICT_FAIL;
+	}
+}
+
+/* Parses "bytes FIRST-LAST/TOTAL". */
+static gboolean parse_content_range(const char *v, guint64 *first,
+				    guint64 *last, guint64 *total)
+{
+	char *end;
+
+	if (!v || strncmp(v, "bytes ", 6) != 0)
+		return FALSE;
+	v += 6;
+	if (!g_ascii_isdigit(*v))
+		return FALSE;
+	*first = g_ascii_strtoull(v, &end, 10);
+	if (*end != '-' || !g_ascii_isdigit(end[1]))
+		return FALSE;
+	*last = g_ascii_strtoull(end + 1, &end, 10);
+	if (*end != '/' || !g_ascii_isdigit(end[1]))
+		return FALSE;
+	*total = g_ascii_strtoull(end + 1, &end, 10);
+	return *end == '\0' && *first <= *last && *last < *total;
+}
+
+static enum http_verdict bad_response(GError **error, const char *fmt, ...)
+	G_GNUC_PRINTF(2, 3);
+
+static enum http_verdict bad_response(GError **error, const char *fmt, ...)
+{
+	va_list ap;
+	g_autofree char *msg = NULL;
+
+	va_start(ap, fmt);
+	msg = g_strdup_vprintf(fmt, ap);
+	va_end(ap);
+	g_set_error_literal(error, BFS_ERROR, EIO, msg);
+	return HTTP_VERDICT_RETRY;
+}
+
+/* A 2xx GET must carry exactly the bytes asked for. */
+static enum http_verdict judge_get_body(struct call *call,
+					const struct http_response *resp,
+					GError **error)
+{
+	const char *cl = http_response_header(resp, "content-length");
+	const char *cr = http_response_header(resp, "content-range");
+	guint64 first, last, total, len = resp->body->len;
+
+	if (cl && g_ascii_strtoull(cl, NULL, 10) != len)
+		return bad_response(error, "Content-Length %s but %" PRIu64
+				    " body bytes arrived", cl, len);
+	if (!call->ranged) {
+		if (resp->status != 200)
+			return bad_response(error, "HTTP %ld to a whole-object "
+					    "GET (expected 200)",
+					    resp->status);
+		call->meta.size = len;
+		return HTTP_VERDICT_DONE;
+	}
+	if (resp->status != 206)
+		return bad_response(error, "HTTP %ld to GET with Range "
+				    "bytes=%" PRIu64 "-%s (expected 206: "
+				    "the server ignored the Range)",
+				    resp->status, call->offset,
+				    call->length ? "…" : "");
+	if (!parse_content_range(cr, &first, &last, &total))
+		return bad_response(error, "206 with %s Content-Range '%s'",
+				    cr ? "malformed" : "no", cr ? cr : "");
+	if (first != call->offset ||
+	    (call->length && last != MIN(call->offset + call->length,
+					 total) - 1) ||
+	    (!call->length && last != total - 1))
+		return bad_response(error, "Content-Range '%s' does not match "
+				    "the requested range starting at %" PRIu64
+				    " for %" PRIu64 " bytes", cr, call->offset,
+				    call->length);
+	if (last - first + 1 != len)
+		return bad_response(error, "Content-Range '%s' but %" PRIu64
+				    " body bytes arrived", cr, len);
+	call->meta.size = total;
+	return HTTP_VERDICT_DONE;
+}
+
+static enum http_verdict call_judge(const struct http_response *resp,
+				    void *data, GError **error)
+{
+	struct call *call = data;
+
+	if (call->kind == CALL_PING)
+		return HTTP_VERDICT_DONE;
+	if (resp->status < 200 || resp->status >= 300)
+		return judge_error(call, resp, error);
+	meta_from_response(&call->meta, resp);
+	if (call->kind == CALL_GET) {
+		if (call->if_match && call->meta.etag &&
+		    strcmp(call->if_match, call->meta.etag) != 0) {
+			g_set_error(error, BFS_ERROR, ESTALE,
+				    "ETag \"%s\" differs from If-Match \"%s\" "
+				    "(the server ignored If-Match)",
+				    call->meta.etag, call->if_match);
+			return HTTP_VERDICT_FAIL;
+		}
+		return judge_get_body(call, resp, error);
+	}
+	if (call->kind == CALL_LIST) {
+		g_autoptr(GError) perr = NULL;
+
+		g_clear_pointer(&call->page, s3_list_page_free);
+		call->page = s3_xml_parse_list((const char *)resp->body->data,
+					       resp->body->len, &perr);
+		if (!call->page) {
+			const char *rid = call->meta.request_id;
+
+			g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s",
+				    perr->message, rid ? " (RequestId: " : "",
+				    rid ? rid : "", rid ? ")" : "");
+			return HTTP_VERDICT_FAIL;
+		}
+	}
+	return HTTP_VERDICT_DONE;
+}
+
+/* -- completion --------------------------------------------------------- */
+
+static void meta_move(struct s3_object_meta *to, struct s3_object_meta *from)
+{
+	s3_object_meta_clear(to);
+	*to = *from;
+	memset(from, 0, sizeof(*from));
+}
+
+static void call_done(struct http_request *req, struct http_response *resp,
+		      const GError *error, void *data)
+{
+	struct call *call = data;
+	g_autoptr(GBytes) bytes = NULL;
+
+	(void)req;
+	if (!error && call->kind == CALL_GET)
+		bytes = g_byte_array_free_to_bytes(
+			g_steal_pointer(&resp->body));
+	if (!error && call->kind == CALL_PING)
+		call->meta.status = resp->status;
+	if (call->get_done) {
+		call->get_done(bytes, &call->meta, error, call->user);
+		return;
+	}
+	g_mutex_lock(&call->sync->lock);
+	call->sync->data = g_steal_pointer(&bytes);
+	call->sync->page = g_steal_pointer(&call->page);
+	meta_move(&call->sync->meta, &call->meta);
+	call->sync->error = error ? g_error_copy(error) : NULL;
+	call->sync->finished = TRUE;
+	g_cond_signal(&call->sync->cond);
+	g_mutex_unlock(&call->sync->lock);
+}
+
+static char *describe(struct s3 *s3, const char *verb, const char *key)
+{
+	g_autofree char *k = log_escape(key ? key : "", -1);
+
+	return g_strdup_printf("%s s3://%s/%s", verb, s3->bucket, k);
+}
+
+static struct http_request *request_for(struct call *call, const char *what,
+					int endpoint)
+{
+	struct http_request *req;
+
+	req = http_request_new(call->kind == CALL_HEAD ? "HEAD" : "GET", what,
+			       call_prepare, call_judge, call_done, call,
+			       call_free);
+	if (endpoint >= 0)
+		http_request_pin_endpoint(req, endpoint);
+	return req;
+}
+
+/* Submits and waits; the results land in @sync. */
+static gboolean run_sync(struct s3 *s3, struct call *call,
+			 struct http_request *req, struct sync *sync,
+			 GError **error)
+{
+	g_mutex_init(&sync->lock);
+	g_cond_init(&sync->cond);
+	call->sync = sync;
+	http_submit(s3->http, req);
+	g_mutex_lock(&sync->lock);
+	while (!sync->finished)
+		g_cond_wait(&sync->cond, &sync->lock);
+	g_mutex_unlock(&sync->lock);
+	g_mutex_clear(&sync->lock);
+	g_cond_clear(&sync->cond);
+	if (sync->error) {
+		g_propagate_error(error, sync->error);
+		sync->error = NULL;
+		return FALSE;
+	}
+	return TRUE;
+}
+
+/* -- GET, HEAD ---------------------------------------------------------- */
+
+static struct http_request *get_request(struct s3 *s3, const char *key,
+					const struct s3_get_args *args,
+					struct call **call_out)
+{
+	struct call *call = call_new(s3, CALL_GET, key);
+	g_autofree char *what = NULL;
+	struct http_request *req;
+
+	call->offset = args ? args->offset : 0;
+	call->length = args ? args->length : 0;
+	call->ranged = call->offset > 0 || call->length > 0;
+	if (call->ranged) {
+		if (call->length)
+			g_ptr_array_add(call->sign_headers,
+					g_strdup_printf("Range: bytes=%" PRIu64
+							"-%" PRIu64,
+							call->offset,
+							call->offset +
+								call->length -
+								1));
+		else
+			g_ptr_array_add(call->sign_headers,
+					g_strdup_printf("Range: bytes=%" PRIu64
+							"-",
+							call->offset));
+	}
+	if (args && args->if_match) {
+		call->if_match = g_strdup(args->if_match);
+		g_ptr_array_add(call->sign_headers,
+				g_strdup_printf("If-Match: \"%s\"",
+						args->if_match));
+	}
+	what = describe(s3, "GET", key);
+	req = request_for(call, what, args ? args->endpoint : -1);
+	if (call->length)
+		http_request_set_body_limit(req, call->length, call->length);
+	*call_out = call;
+	return req;
+}
+
+void s3_get_async(struct s3 *s3, const char *key,
+		  const struct s3_get_args *args, s3_get_done_fn done,
+		  void *user)
+{
+	struct call *call;
+	struct http_request *req = get_request(s3, key, args, &call);
+
+	call->get_done = done;
+	call->user = user;
+	http_submit(s3->http, req);
+}
+
+GBytes *s3_get(struct s3 *s3, const char *key,
+	       const struct s3_get_args *args, struct s3_object_meta *meta,
+	       GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call;
+	struct http_request *req = get_request(s3, key, args, &call);
+	gboolean ok = run_sync(s3, call, req, &sync, error);
+
+	if (meta)
+		meta_move(meta, &sync.meta);
+	s3_object_meta_clear(&sync.meta);
+	if (!ok)
+		return NULL;
+	return sync.data;
+}
+
+gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
+		 struct s3_object_meta *meta, GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_HEAD, key);
+	g_autofree char *what = describe(s3, "HEAD", key);
+	struct http_request *req = request_for(call, what, endpoint);
+	gboolean ok = run_sync(s3, call, req, &sync, error);
+
+	if (meta)
+		meta_move(meta, &sync.meta);
+	s3_object_meta_clear(&sync.meta);
+	return ok;
+}
+
+gboolean s3_ping(struct s3 *s3, int endpoint, long *status, GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_PING, NULL);
+	const char *url = s3->endpoints[endpoint];
+	g_autofree char *what = g_strdup_printf("HEAD %s/", url);
+	struct http_request *req;
+	gboolean ok;
+
+	g_return_val_if_fail(endpoint >= 0, FALSE);
+	call->kind = CALL_PING;
+	req = http_request_new("HEAD", what, call_prepare, call_judge,
+			       call_done, call, call_free);
+	http_request_pin_endpoint(req, endpoint);
+	http_request_set_max_attempts(req, 1);
+	ok = run_sync(s3, call, req, &sync, error);
+	if (status)
+		*status = sync.meta.status;
+	s3_object_meta_clear(&sync.meta);
+	return ok;
+}
+
+/* -- ListObjectsV2 ------------------------------------------------------ */
+
+static char *list_query(const struct s3_list_args *args)
+{
+	GString *q = g_string_new("list-type=2");
+
+	append_query(q, "continuation-token", args->continuation_token);
+	append_query(q, "delimiter", args->delimiter);
+	if (!args->no_url_encoding)
+		append_query(q, "encoding-type", "url");
+	if (args->max_keys)
+		g_string_append_printf(q, "&max-keys=%u", args->max_keys);
+	append_query(q, "prefix", args->prefix);
+	append_query(q, "start-after", args->start_after);
+	return g_string_free(q, FALSE);
+}
+
+struct s3_list_page *s3_list(struct s3 *s3, const struct s3_list_args *args,
+			     struct s3_object_meta *meta, GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_LIST, NULL);
+	g_autofree char *what = NULL;
+	struct http_request *req;
+	gboolean ok;
+
+	call->query = list_query(args);
+	what = describe(s3, "LIST", args->prefix);
+	req = request_for(call, what, args->endpoint);
+	ok = run_sync(s3, call, req, &sync, error);
+	if (meta)
+		meta_move(meta, &sync.meta);
+	s3_object_meta_clear(&sync.meta);
+	return ok ? sync.page : NULL;
+}
+
+gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
+		     s3_list_fn fn, void *user, GError **error)
+{
+	struct s3_list_args a = *args;
+	g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash,
+							   g_str_equal,
+							   g_free, NULL);
+	g_autofree char *token = g_strdup(args->continuation_token);
+	g_autofree char *p = log_escape(args->prefix ? args->prefix : "", -1);
+	guint pages = 0;
+
+	for (;;) {
+		g_autoptr(s3_list_page) page = NULL;
+
+		a.continuation_token = token;
+		page = s3_list(s3, &a, NULL, error);
+		if (!page) {
+			g_prefix_error(error, "listing s3://%s/%s, page %u: ",
+				       s3->bucket, p, pages + 1);
+			return FALSE;
+		}
+		pages++;
+		if (!fn(page, user, error))
+			return FALSE;
+		if (!page->is_truncated)
+			return TRUE;
+		if (!page->next_continuation_token) {
+			g_set_error(error, BFS_ERROR, EPROTO,
+				    "listing s3://%s/%s, page %u: truncated "
+				    "page without NextContinuationToken",
+				    s3->bucket, p, pages);
+			return FALSE;
+		}
+		if (!g_hash_table_add(seen,
+				      g_strdup(page->next_continuation_token))) {
+			g_autofree char *t = log_escape(
+				page->next_continuation_token, -1);
+
+			g_set_error(error, BFS_ERROR, EPROTO,
+				    "listing s3://%s/%s, page %u: continuation "
+				    "token '%s' repeats: the server is "
+				    "looping, stopping",
+				    s3->bucket, p, pages, t);
+			return FALSE;
+		}
+		g_free(token);
+		token = g_strdup(page->next_continuation_token);
+	}
+}
+
+/* -- lifecycle ---------------------------------------------------------- */
+
+struct s3 *s3_new(const struct config *cfg, GError **error)
+{
+	struct s3 *s3 = g_new0(struct s3, 1);
+	struct http_options o = { 0 };
+	guint i;
+
+	s3->bucket = g_strdup(cfg->bucket);
+	s3->region = g_strdup(cfg->region);
+	s3->virtual_hosted = cfg->addressing == ADDRESSING_VIRTUAL;
+	s3->endpoints = g_new0(char *, cfg->endpoints->len + 1);
+	for (i = 0; i < cfg->endpoints->len; i++) {
+		const char *ep = g_ptr_array_index(cfg->endpoints, i);
+
+		s3->endpoints[i] = g_strdup(ep);
+		if (s3->virtual_hosted && strstr(ep, "://[")) {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "endpoint '%s': virtual-hosted addressing "
+				    "needs a host name, not an IP literal; use "
+				    "-o addressing=path", ep);
+			goto fail;
+		}
+	}
+	s3->creds = credentials_load(cfg->profile, cfg->anonymous, error);
+	if (!s3->creds)
+		goto fail;
+	o.endpoints = (const char *const *)s3->endpoints;
+	o.ca_file = cfg->ca_file;
+	o.connect_timeout = cfg->connect_timeout;
+	o.stall_timeout = cfg->stall_timeout;
+	o.request_timeout = cfg->request_timeout;
+	o.max_attempts = cfg->max_attempts;
+	o.max_connections = cfg->max_connections ? cfg->max_connections :
+						 S3_DEFAULT_MAX_CONNECTIONS;
+	s3->http = http_new(&o, error);
+	if (!s3->http)
+		goto fail;
+	return s3;
+fail:
+	s3_free(s3);
+	return NULL;
+}
+
+void s3_free(struct s3 *s3)
+{
+	if (!s3)
+		return;
+	http_free(s3->http);
+	g_clear_pointer(&s3->creds, credentials_free);
+	g_strfreev(s3->endpoints);
+	g_free(s3->bucket);
+	g_free(s3->region);
+	g_free(s3);
+}
+
+const char *s3_bucket(const struct s3 *s3)
+{
+	return s3->bucket;
+}
+
+const char *s3_credentials_source(const struct s3 *s3)
+{
+	return s3->creds->source;
+}
+
+const char *const *s3_endpoints(const struct s3 *s3)
+{
+	return (const char *const *)s3->endpoints;
+}

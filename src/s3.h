@@ -1,0 +1,144 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * s3.h - S3 verbs on top of the HTTP engine: GetObject, HeadObject,
+ * ListObjectsV2, signed with SigV4, errors parsed from S3's XML.
+ *
+ * This is the only module that turns HTTP statuses and S3 error codes into
+ * errno values:
+ *
+ *   404 NoSuchKey/NoSuchBucket -> ENOENT     403 (any)          -> EACCES
+ *   412 PreconditionFailed     -> ESTALE     416 InvalidRange   -> EINVAL
+ *   400 RequestTimeout, 5xx, 429: retried; when attempts run out -> EIO
+ *   (ETIMEDOUT for RequestTimeout), other 4xx -> EINVAL, 3xx -> EIO with
+ *   the region or endpoint the server names (redirects are never followed)
+ *   a response that contradicts the request (Content-Range, Content-Length,
+ *   ETag): retried, then EIO; malformed listing XML -> EPROTO.
+ *
+ * Every error message is the whole cause chain, for example:
+ *   GET s3://ds/train/a.jpeg via http://10.0.0.7:9000 (attempt 10/10,
+ *   31.2 s): HTTP 503 SlowDown: Please reduce your request rate.
+ *   (RequestId: 4442587FB7D0A2F9)
+ *
+ * Keys are full object keys (any prefix included), raw bytes.  They are
+ * URI-encoded once into the request path and never normalized.
+ */
+#ifndef BUCKETFS_S3_H
+#define BUCKETFS_S3_H
+
+#include <glib.h>
+
+#include "config.h"
+#include "s3_xml.h"
+
+struct s3;
+
+/* Connections when -o max_connections= is not given. */
+#define S3_DEFAULT_MAX_CONNECTIONS 64
+
+/* What a response said about an object or the server.  Plain data. */
+struct s3_object_meta {
+	guint64 size;		/* the whole object's size */
+	gint64 mtime;		/* Last-Modified, seconds since epoch, or 0 */
+	char *etag;		/* without quotes, NULL if absent */
+	char *request_id;	/* x-amz-request-id, NULL if absent */
+	gint64 server_date;	/* the Date header, seconds, or 0 */
+	long status;		/* HTTP status of the final response */
+	char *endpoint;		/* URL of the endpoint that answered */
+};
+
+void s3_object_meta_clear(struct s3_object_meta *meta);
+
+/*
+ * A client for cfg->bucket over cfg->endpoints, with the credentials that
+ * cfg selects (loaded now).  @cfg must have passed config_finish(); it is
+ * copied.  Errors: those of credentials_load() and http_new(), EINVAL for
+ * virtual-hosted addressing on an IP-literal endpoint.  Any thread.
+ */
+struct s3 *s3_new(const struct config *cfg, GError **error);
+
+/* Cancels what is in flight (ECANCELED) and frees.  Not from a callback. */
+void s3_free(struct s3 *s3);
+
+/* The bucket name and where the credentials came from.  Borrowed. */
+const char *s3_bucket(const struct s3 *s3);
+const char *s3_credentials_source(const struct s3 *s3);
+
+/* The endpoints, as configured.  Borrowed; NULL-terminated. */
+const char *const *s3_endpoints(const struct s3 *s3);
+
+struct s3_get_args {
+	guint64 offset;		/* first byte */
+	guint64 length;		/* bytes wanted; 0 = to the end */
+	const char *if_match;	/* ETag (unquoted) the object must have */
+	int endpoint;		/* index to pin every attempt to, or -1 */
+};
+
+/*
+ * Called once when a GET ends, on the HTTP event thread; it must not
+ * block.  On success @data holds exactly the bytes asked for (fewer only
+ * at the end of the object) and @error is NULL; on failure @data is NULL.
+ * @data and @meta are borrowed for the call; take a ref to keep @data.
+ */
+typedef void (*s3_get_done_fn)(GBytes *data,
+			       const struct s3_object_meta *meta,
+			       const GError *error, void *user);
+
+/* Starts a GET of @key (copied).  Any thread; returns at once. */
+void s3_get_async(struct s3 *s3, const char *key,
+		  const struct s3_get_args *args, s3_get_done_fn done,
+		  void *user);
+
+/*
+ * Blocking GET.  Returns the bytes (owned by the caller) and fills @meta
+ * if not NULL (clear it with s3_object_meta_clear()).  Any thread except
+ * the HTTP event thread.
+ */
+GBytes *s3_get(struct s3 *s3, const char *key,
+	       const struct s3_get_args *args, struct s3_object_meta *meta,
+	       GError **error);
+
+/* Blocking HEAD of @key; @endpoint pins it (-1: any).  Fills @meta. */
+gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
+		 struct s3_object_meta *meta, GError **error);
+
+struct s3_list_args {
+	const char *prefix;		/* NULL = whole bucket */
+	const char *delimiter;		/* NULL = none */
+	const char *continuation_token;
+	const char *start_after;
+	guint max_keys;			/* 0 = server default (1000) */
+	gboolean no_url_encoding;	/* don't send encoding-type=url */
+	int endpoint;			/* pin, or -1 */
+};
+
+/*
+ * One blocking ListObjectsV2 page.  Returns the page (free with
+ * s3_list_page_free()); fills @meta (request id, server date) if not NULL.
+ */
+struct s3_list_page *s3_list(struct s3 *s3, const struct s3_list_args *args,
+			     struct s3_object_meta *meta, GError **error);
+
+/*
+ * Receives each page of s3_list_all() in order; the page is borrowed (steal
+ * its arrays' elements if needed).  Return FALSE with @error set to stop.
+ */
+typedef gboolean (*s3_list_fn)(struct s3_list_page *page, void *user,
+			       GError **error);
+
+/*
+ * Lists every page from @args on, following continuation tokens, going on
+ * through pages that are empty but truncated.  Fails with EPROTO when a
+ * continuation token repeats or a truncated page has none.  Blocking.
+ */
+gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
+		     s3_list_fn fn, void *user, GError **error);
+
+/*
+ * An unsigned "HEAD /" on endpoint @endpoint: proves DNS, TCP, TLS and
+ * HTTP work.  Any HTTP status counts as success and is stored in
+ * @status.  One attempt only.  Blocking.
+ */
+gboolean s3_ping(struct s3 *s3, int endpoint, long *status,
+		 GError **error);
+
+#endif
