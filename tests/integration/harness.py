@@ -1,0 +1,193 @@
+"""Shared pieces of the integration tests: servers started for real on
+loopback port 0, the binaries under test, and botocore for writing objects.
+
+Environment (set by meson test, or by hand):
+  BFS_BUILD_DIR   the meson build directory (binaries)
+  BFS_SOURCE_DIR  the source tree (the test S3 server)
+  BFS_S3RVER      path to the s3rver executable (skips s3rver tests if unset
+                  and not found under tests/s3rver/node_modules/.bin)
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+import unittest
+import urllib.request
+
+SRC = os.environ.get("BFS_SOURCE_DIR",
+                     os.path.dirname(os.path.dirname(os.path.dirname(
+                         os.path.abspath(__file__)))))
+BUILD = os.environ.get("BFS_BUILD_DIR", os.path.join(SRC, "build"))
+AK = "bucketfs-test"
+SK = "bucketfs-test-secret"
+SKIP = 77
+
+
+def binary(name):
+    for sub in ("tools", "tests", "fs", ""):
+        p = os.path.join(BUILD, sub, name)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError(f"{name} not built under {BUILD}")
+
+
+def client_env(**extra):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("AWS_") or k == "S3_ENDPOINT_URIS":
+            del env[k]
+    env.update({"AWS_ACCESS_KEY_ID": AK, "AWS_SECRET_ACCESS_KEY": SK,
+                "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                "AWS_CONFIG_FILE": "/nonexistent"})
+    env.update(extra)
+    return env
+
+
+def _wait_line(proc, pattern, what, timeout=20):
+    """Reads proc's stdout until a line matches; returns the match."""
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            if proc.poll() is not None:
+                break
+            continue
+        seen.append(line)
+        m = re.search(pattern, line)
+        if m:
+            return m
+    proc.kill()
+    raise RuntimeError(f"{what} did not start: {''.join(seen)!r}")
+
+
+class TestServer:
+    """The project's own S3 server (tests/s3server/s3server.py)."""
+
+    def __init__(self, *args):
+        script = os.path.join(SRC, "tests", "s3server", "s3server.py")
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", script, "--port", "0", "--quiet", *args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        m = _wait_line(self.proc, r"listening on (https?://\S+)",
+                       "test S3 server")
+        self.url = m.group(1)
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def control(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/_bucketfs/{path}",
+                                     data=data, method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            text = r.read()
+        return json.loads(text) if text else None
+
+    def faults(self, rules, seed=None):
+        q = f"?seed={seed}" if seed is not None else ""
+        self.control("POST", "faults" + q, rules)
+
+    def clear_faults(self):
+        self.control("DELETE", "faults")
+
+    def stats(self):
+        return self.control("GET", "stats")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+
+
+def s3rver_path():
+    p = os.environ.get("BFS_S3RVER")
+    if p and os.path.exists(p):
+        return p
+    p = os.path.join(SRC, "tests", "s3rver", "node_modules", ".bin", "s3rver")
+    return p if os.path.exists(p) else None
+
+
+class S3rver:
+    """s3rver from npm: an S3 implementation we did not write.
+
+    Its credentials are S3RVER/S3RVER; under Node 20 it needs the legacy
+    OpenSSL provider or paginated listings fail (DESIGN.md)."""
+
+    AK = "S3RVER"
+    SK = "S3RVER"
+
+    def __init__(self, bucket):
+        exe = s3rver_path()
+        if not exe:
+            raise unittest.SkipTest("s3rver is not installed")
+        self.dir = tempfile.mkdtemp(prefix="bfs-s3rver-")
+        env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
+        self.proc = subprocess.Popen(
+            [exe, "-d", self.dir, "-a", "127.0.0.1", "-p", "0",
+             "--configure-bucket", bucket],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            env=env)
+        m = _wait_line(self.proc, r"listening on [\d.]+:(\d+)", "s3rver")
+        self.port = int(m.group(1))
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc.stdout.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def put_object(url, bucket, key, body, ak=AK, sk=SK, region="us-east-1"):
+    """PUTs with botocore's own signer, path-style."""
+    from botocore.auth import S3SigV4Auth
+    from botocore.awsrequest import AWSRequest
+    from botocore.credentials import Credentials
+    import hashlib
+    import http.client
+    import urllib.parse
+
+    path = "/" + urllib.parse.quote(bucket, safe="") + "/" + \
+        urllib.parse.quote(key.encode() if isinstance(key, str) else key,
+                           safe="/~")
+    req = AWSRequest(method="PUT", url=url + path, data=body, headers={
+        "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()})
+    S3SigV4Auth(Credentials(ak, sk), "s3", region).add_auth(req)
+    u = urllib.parse.urlsplit(url)
+    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+    conn.request("PUT", path, body=body, headers=dict(req.headers.items()))
+    resp = conn.getresponse()
+    text = resp.read()
+    conn.close()
+    if resp.status != 200:
+        raise RuntimeError(f"PUT {key!r}: HTTP {resp.status}: {text!r}")
+
+
+def run(args, env=None, timeout=120, input=None):
+    return subprocess.run(args, env=env or client_env(), timeout=timeout,
+                          capture_output=True, input=input)
+
+
+def main():
+    """unittest main that maps 'everything skipped' to exit 77."""
+    prog = unittest.main(exit=False, verbosity=2)
+    r = prog.result
+    if not r.wasSuccessful():
+        raise SystemExit(1)
+    if r.testsRun and len(r.skipped) == r.testsRun:
+        raise SystemExit(SKIP)
+    raise SystemExit(0)

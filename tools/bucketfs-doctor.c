@@ -1,0 +1,515 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * bucketfs-doctor - preflight of everything a mount depends on: every
+ * endpoint (DNS, TCP, TLS/HTTP, a signed ListObjectsV2, one GET, clock
+ * skew), the credentials, the descriptor limit and /dev/fuse.  Each check
+ * prints ✓ or ✗, the whole cause and the fix.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <arpa/inet.h>
+
+#include "config.h"
+#include "credentials.h"
+#include "error.h"
+#include "log.h"
+#include "s3.h"
+#include "version.h"
+
+/* Sockets beside the connection budget: FUSE, the index, logs, slack. */
+#define FD_RESERVE 32
+#define DOCTOR_ATTEMPTS 3
+#define GET_PROBE_BYTES (1u << 20)
+
+struct doctor {
+	struct config cfg;
+	struct s3 *s3;
+	guint checks;
+	guint failed;
+};
+
+static void report(struct doctor *d, gboolean ok, const char *indent,
+		   const char *what, const char *detail, const char *fix)
+{
+	d->checks++;
+	if (!ok)
+		d->failed++;
+	printf("%s%s %s: %s\n", indent, ok ? "✓" : "✗", what, detail);
+	if (!ok && fix)
+		printf("%s    fix: %s\n", indent, fix);
+	fflush(stdout);
+}
+
+static double now_s(void)
+{
+	return g_get_monotonic_time() / 1e6;
+}
+
+/* -- per-endpoint checks ------------------------------------------------ */
+
+struct target {
+	char *host;	/* without IPv6 brackets */
+	char *port;
+	gboolean tls;
+};
+
+static void target_clear(struct target *t)
+{
+	g_free(t->host);
+	g_free(t->port);
+}
+
+static void target_parse(const char *url, struct target *t)
+{
+	const char *hp = strstr(url, "://") + 3;
+	const char *colon;
+
+	t->tls = g_str_has_prefix(url, "https://");
+	if (*hp == '[') {
+		const char *close = strchr(hp, ']');
+
+		t->host = g_strndup(hp + 1, close - hp - 1);
+		colon = close[1] == ':' ? close + 1 : NULL;
+	} else {
+		colon = strrchr(hp, ':');
+		t->host = g_strndup(hp, colon ? (gsize)(colon - hp) :
+						 strlen(hp));
+	}
+	t->port = g_strdup(colon ? colon + 1 : (t->tls ? "443" : "80"));
+}
+
+static char *addr_text(const struct sockaddr *sa)
+{
+	char buf[INET6_ADDRSTRLEN] = "?";
+
+	if (sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr,
+			  buf, sizeof(buf));
+	else if (sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6,
+			  &((const struct sockaddr_in6 *)sa)->sin6_addr, buf,
+			  sizeof(buf));
+	return g_strdup(buf);
+}
+
+static gboolean check_dns(struct doctor *d, const struct target *t,
+			  struct addrinfo **out)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM };
+	g_autoptr(GString) addrs = g_string_new(NULL);
+	struct addrinfo *ai;
+	int rc;
+
+	rc = getaddrinfo(t->host, t->port, &hints, out);
+	if (rc) {
+		g_autofree char *detail = g_strdup_printf(
+			"cannot resolve '%s': %s%s%s", t->host,
+			gai_strerror(rc), rc == EAI_SYSTEM ? ": " : "",
+			rc == EAI_SYSTEM ? g_strerror(errno) : "");
+
+		report(d, FALSE, "  ", "DNS", detail,
+		       "check the endpoint's host name and /etc/resolv.conf");
+		return FALSE;
+	}
+	for (ai = *out; ai; ai = ai->ai_next) {
+		g_autofree char *a = addr_text(ai->ai_addr);
+
+		if (!strstr(addrs->str, a))
+			g_string_append_printf(addrs, "%s%s",
+					       addrs->len ? ", " : "", a);
+	}
+	{
+		g_autofree char *detail =
+			g_strdup_printf("%s -> %s", t->host, addrs->str);
+
+		report(d, TRUE, "  ", "DNS", detail, NULL);
+	}
+	return TRUE;
+}
+
+/* Connects within the connect timeout; returns 0 or the errno. */
+static int connect_one(const struct addrinfo *ai, int timeout_ms)
+{
+	struct pollfd pfd;
+	socklen_t len = sizeof(int);
+	int fd, err = 0;
+
+	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
+					   SOCK_CLOEXEC,
+		    ai->ai_protocol);
+	if (fd < 0)
+		return errno;
+	if (connect(fd, ai->ai_addr, ai->ai_addrlen) < 0) {
+		err = errno;
+		if (err == EINPROGRESS) {
+			pfd.fd = fd;
+			pfd.events = POLLOUT;
+			err = poll(&pfd, 1, timeout_ms);
+			if (err == 0)
+				err = ETIMEDOUT;
+			else if (err < 0)
+				err = errno;
+			else if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err,
+					    &len) < 0)
+				err = errno;
+		}
+	}
+	close(fd);
+	return err;
+}
+
+static gboolean check_tcp(struct doctor *d, const struct target *t,
+			  const struct addrinfo *ais)
+{
+	const struct addrinfo *ai;
+	g_autoptr(GString) why = g_string_new(NULL);
+
+	for (ai = ais; ai; ai = ai->ai_next) {
+		g_autofree char *a = addr_text(ai->ai_addr);
+		double t0 = now_s();
+		int err = connect_one(ai, (int)(d->cfg.connect_timeout * 1000));
+
+		if (!err) {
+			g_autofree char *detail = g_strdup_printf(
+				"%s port %s in %.1f ms", a, t->port,
+				(now_s() - t0) * 1e3);
+
+			report(d, TRUE, "  ", "TCP connect", detail, NULL);
+			return TRUE;
+		}
+		g_string_append_printf(why, "%s%s port %s: %s [os errno %d]",
+				       why->len ? "; " : "", a, t->port,
+				       g_strerror(err), err);
+	}
+	report(d, FALSE, "  ", "TCP connect", why->str,
+	       "is the S3 server running and listening on that address and "
+	       "port? (a timeout means a firewall or a dead host; see "
+	       "-o connect_timeout=)");
+	return FALSE;
+}
+
+static void check_http(struct doctor *d, guint i, const struct target *t)
+{
+	g_autoptr(GError) error = NULL;
+	double t0 = now_s();
+	long status = 0;
+
+	if (!s3_ping(d->s3, (int)i, &status, &error)) {
+		report(d, FALSE, "  ", t->tls ? "TLS + HTTP" : "HTTP",
+		       error->message,
+		       t->tls ? "for a private CA give -o ca_file=PATH or "
+				"AWS_CA_BUNDLE; check the certificate's name "
+				"matches the endpoint host" :
+			      "check that the endpoint speaks HTTP (not "
+			      "https) on that port");
+		return;
+	}
+	{
+		g_autofree char *detail = g_strdup_printf(
+			"%sHEAD / answered HTTP %ld in %.1f ms",
+			t->tls ? "handshake verified; " : "", status,
+			(now_s() - t0) * 1e3);
+
+		report(d, TRUE, "  ", t->tls ? "TLS + HTTP" : "HTTP", detail,
+		       NULL);
+	}
+}
+
+static const char *fix_for(int code)
+{
+	switch (code) {
+	case EACCES:
+		return "check the credentials (AWS_ACCESS_KEY_ID/"
+		       "AWS_SECRET_ACCESS_KEY, AWS_PROFILE), the bucket "
+		       "policy, -o region= and this host's clock";
+	case ENOENT:
+		return "check the bucket name and -o region=";
+	case ETIMEDOUT:
+		return "the endpoint accepts no connection in time: check "
+		       "the address, firewalls and -o connect_timeout=";
+	default:
+		return "see the cause above; the endpoint, -o endpoint=, "
+		       "S3_ENDPOINT_URIS and -o ca_file= are the usual "
+		       "suspects";
+	}
+}
+
+static void check_skew(struct doctor *d, gint64 server_date)
+{
+	gint64 skew = g_get_real_time() / G_USEC_PER_SEC - server_date;
+	g_autofree char *detail = NULL;
+
+	if (!server_date) {
+		report(d, TRUE, "  ", "clock skew",
+		       "not measurable: the server sent no Date header", NULL);
+		return;
+	}
+	detail = g_strdup_printf("this host's clock is %+" G_GINT64_FORMAT
+				 " s from the server's Date%s",
+				 skew,
+				 ABS(skew) > 300 ? " (S3 rejects requests "
+						  "beyond 15 minutes)" :
+						  "");
+	report(d, ABS(skew) <= 900, "  ", "clock skew", detail,
+	       "synchronize this host's clock (systemd-timesyncd, chrony)");
+}
+
+/* Lists one key, then GETs it; returns nothing, reports both. */
+static void check_s3(struct doctor *d, guint i)
+{
+	struct s3_list_args la = {
+		.prefix = *d->cfg.prefix ? d->cfg.prefix : NULL,
+		.max_keys = 1,
+		.endpoint = (int)i,
+	};
+	struct s3_object_meta meta = { 0 };
+	g_autoptr(GError) error = NULL;
+	g_autofree char *detail = NULL;
+	g_autofree char *key = NULL;
+	g_autoptr(GBytes) data = NULL;
+	struct s3_list_page *page;
+	guint64 size = 0;
+	double t0 = now_s();
+
+	page = s3_list(d->s3, &la, &meta, &error);
+	if (!page) {
+		report(d, FALSE, "  ", "ListObjectsV2 (signed, max-keys=1)",
+		       error->message, fix_for(bfs_error_errno(error)));
+		s3_object_meta_clear(&meta);
+		return;
+	}
+	if (page->objects->len) {
+		struct s3_object *o = g_ptr_array_index(page->objects, 0);
+
+		key = g_strdup(o->key);
+		size = o->size;
+	}
+	{
+		g_autofree char *k = key ? log_escape(key, -1) : NULL;
+		g_autofree char *first = k ? g_strdup_printf("first key '%s'",
+							     k) :
+					     g_strdup("no key under the prefix");
+
+		detail = g_strdup_printf("%s in %.1f ms (RequestId: %s)",
+					 first, (now_s() - t0) * 1e3,
+					 meta.request_id ? meta.request_id :
+							   "none");
+	}
+	report(d, TRUE, "  ", "ListObjectsV2 (signed, max-keys=1)", detail,
+	       NULL);
+	check_skew(d, meta.server_date);
+	s3_object_meta_clear(&meta);
+	s3_list_page_free(page);
+	if (!key) {
+		report(d, TRUE, "  ", "GET", "skipped: nothing to read", NULL);
+		return;
+	}
+	{
+		struct s3_get_args ga = {
+			.length = MIN(size, GET_PROBE_BYTES),
+			.endpoint = (int)i,
+		};
+		g_autofree char *k = log_escape(key, -1);
+
+		t0 = now_s();
+		data = size ? s3_get(d->s3, key, &ga, &meta, &error) :
+			      g_bytes_new(NULL, 0);
+		g_free(detail);
+		if (!data) {
+			report(d, FALSE, "  ", "GET", error->message,
+			       fix_for(bfs_error_errno(error)));
+		} else {
+			detail = g_strdup_printf(
+				"'%s': %" G_GSIZE_FORMAT " of %" G_GUINT64_FORMAT
+				" bytes in %.1f ms",
+				k, g_bytes_get_size(data), size,
+				(now_s() - t0) * 1e3);
+			report(d, TRUE, "  ", "GET", detail, NULL);
+		}
+		s3_object_meta_clear(&meta);
+	}
+}
+
+static void check_endpoint(struct doctor *d, guint i, const char *url)
+{
+	struct target t = { 0 };
+	struct addrinfo *ais = NULL;
+
+	printf("endpoint %s\n", url);
+	target_parse(url, &t);
+	if (check_dns(d, &t, &ais) && check_tcp(d, &t, ais))
+		check_http(d, i, &t);
+	/* The signed request runs regardless: its cause chain names the
+	 * endpoint and every attempt, which is what a log reader needs. */
+	check_s3(d, i);
+	if (ais)
+		freeaddrinfo(ais);
+	target_clear(&t);
+}
+
+/* -- host checks -------------------------------------------------------- */
+
+static void check_fds(struct doctor *d)
+{
+	struct rlimit rl;
+	guint planned = d->cfg.max_connections ? d->cfg.max_connections :
+						 S3_DEFAULT_MAX_CONNECTIONS;
+	rlim_t need = planned + FD_RESERVE;
+	g_autofree char *detail = NULL;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
+		report(d, FALSE, "", "file descriptors", g_strerror(errno),
+		       NULL);
+		return;
+	}
+	detail = g_strdup_printf(
+		"RLIMIT_NOFILE soft %llu, hard %llu; the mount plans %u "
+		"connections + %d for FUSE, the index and logs%s",
+		(unsigned long long)rl.rlim_cur,
+		(unsigned long long)rl.rlim_max, planned, FD_RESERVE,
+		rl.rlim_cur >= need ? "" :
+		rl.rlim_max >= need ?
+				      " (the mount raises the soft limit to the "
+				      "hard one)" :
+				      "");
+	report(d, rl.rlim_max >= need, "", "file descriptors", detail,
+	       "raise the hard limit (ulimit -Hn, LimitNOFILE= in the systemd "
+	       "unit, /etc/security/limits.conf) or lower -o "
+	       "max_connections=");
+}
+
+static void check_fuse(struct doctor *d)
+{
+	struct stat st;
+	g_autofree char *fm = g_find_program_in_path("fusermount3");
+	g_autofree char *detail = NULL;
+	int fd;
+
+	if (stat("/dev/fuse", &st) < 0 || !S_ISCHR(st.st_mode)) {
+		report(d, FALSE, "", "/dev/fuse",
+		       errno ? g_strerror(errno) : "not a character device",
+		       "load the module (modprobe fuse); in a container, pass "
+		       "--device /dev/fuse");
+		return;
+	}
+	fd = open("/dev/fuse", O_RDWR | O_CLOEXEC);
+	if (fd < 0) {
+		detail = g_strdup_printf("cannot open read/write: %s",
+					 g_strerror(errno));
+		report(d, FALSE, "", "/dev/fuse", detail,
+		       "run as root or add the user to the 'fuse' group");
+		return;
+	}
+	close(fd);
+	detail = g_strdup_printf("character device, opens read/write; "
+				 "fusermount3: %s",
+				 fm ? fm : "not found");
+	report(d, fm != NULL, "", "/dev/fuse", detail,
+	       "install the fuse3 package (it provides fusermount3)");
+}
+
+/* -- main --------------------------------------------------------------- */
+
+static gboolean parse_args(struct doctor *d, int argc, char **argv,
+			   gboolean *verbose, GError **error)
+{
+	g_auto(GStrv) opts = NULL;
+	gboolean version = FALSE;
+	GOptionEntry entries[] = {
+		{ "option", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &opts,
+		  "Mount options (see below); repeatable", "OPT[,OPT...]" },
+		{ "verbose", 'v', 0, G_OPTION_ARG_NONE, verbose,
+		  "Log every request and retry to stderr", NULL },
+		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
+		  "Print the version and exit", NULL },
+		{ NULL }
+	};
+	g_autoptr(GOptionContext) ctx =
+		g_option_context_new("s3://BUCKET[/PREFIX]");
+	guint i;
+
+	g_option_context_set_summary(
+		ctx, "Checks every endpoint (DNS, TCP, TLS, a signed "
+		     "ListObjectsV2, one GET, clock skew), the credentials, "
+		     "the descriptor limit and /dev/fuse, and names the cause "
+		     "and the fix of each failure.  Exit status 0 when every "
+		     "check passes, 1 when one fails, 2 on bad usage.");
+	g_option_context_set_description(ctx, config_options_help());
+	g_option_context_add_main_entries(ctx, entries, NULL);
+	if (!g_option_context_parse(ctx, &argc, &argv, error))
+		return FALSE;
+	if (version) {
+		printf("bucketfs-doctor %s\n", BUCKETFS_VERSION);
+		exit(0);
+	}
+	if (argc != 2) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "expected one s3://BUCKET[/PREFIX] argument "
+			    "(see --help)");
+		return FALSE;
+	}
+	/* A doctor should answer quickly: fewer attempts unless asked. */
+	d->cfg.max_attempts = DOCTOR_ATTEMPTS;
+	if (!config_parse_url(&d->cfg, argv[1], error))
+		return FALSE;
+	for (i = 0; opts && opts[i]; i++)
+		if (!config_parse_options(&d->cfg, opts[i], NULL, error))
+			return FALSE;
+	return config_finish(&d->cfg, error);
+}
+
+int main(int argc, char **argv)
+{
+	struct doctor d = { 0 };
+	g_autoptr(GError) error = NULL;
+	gboolean verbose = FALSE;
+	g_autofree char *desc = NULL;
+	guint i;
+
+	config_init(&d.cfg);
+	if (!parse_args(&d, argc, argv, &verbose, &error)) {
+		fprintf(stderr, "bucketfs-doctor: %s\n", error->message);
+		config_clear(&d.cfg);
+		return 2;
+	}
+	log_init("bucketfs-doctor", TRUE,
+		 verbose ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING);
+	desc = config_describe(&d.cfg);
+	printf("bucketfs-doctor %s\n%s\n", BUCKETFS_VERSION, desc);
+	d.s3 = s3_new(&d.cfg, &error);
+	if (!d.s3) {
+		report(&d, FALSE, "", "credentials", error->message, NULL);
+		/* The network checks still tell something: run them
+		 * unsigned. */
+		g_clear_error(&error);
+		d.cfg.anonymous = TRUE;
+		d.s3 = s3_new(&d.cfg, &error);
+	} else {
+		report(&d, TRUE, "", "credentials",
+		       s3_credentials_source(d.s3), NULL);
+	}
+	if (!d.s3)
+		report(&d, FALSE, "", "client", error->message, NULL);
+	for (i = 0; d.s3 && s3_endpoints(d.s3)[i]; i++)
+		check_endpoint(&d, i, s3_endpoints(d.s3)[i]);
+	check_fds(&d);
+	check_fuse(&d);
+	if (d.failed)
+		printf("✗ %u of %u checks failed\n", d.failed, d.checks);
+	else
+		printf("✓ all %u checks passed\n", d.checks);
+	s3_free(d.s3);
+	config_clear(&d.cfg);
+	log_shutdown();
+	return d.failed ? 1 : 0;
+}

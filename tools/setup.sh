@@ -1,0 +1,30 @@
+#!/bin/bash
+# Installs what bucketfs needs to build and test on Debian 12, as root:
+# Debian packages through apt-get, and s3rver (the independent test S3
+# server) from npm into tests/s3rver/node_modules.  Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+	build-essential meson ninja-build pkg-config clang
+	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
+	libglib2.0-dev python3 python3-botocore nodejs npm curl
+)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ] || [ "${BFS_APT_UPDATE:-0}" = 1 ]; then
+	echo "setup: apt-get install ${missing[*]:-(refresh)}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
+fi
+
+if [ ! -x tests/s3rver/node_modules/.bin/s3rver ]; then
+	echo "setup: npm ci (s3rver)"
+	(cd tests/s3rver && npm ci --no-audit --no-fund --loglevel=error)
+fi
+echo "setup: done"
