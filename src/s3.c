@@ -739,6 +739,8 @@ struct s3 *s3_new(const struct config *cfg, GError **error)
 	struct http_options o = { 0 };
 	guint i;
 
+	s3_xml_init();
+
 	s3->bucket = g_strdup(cfg->bucket);
 	s3->region = g_strdup(cfg->region);
 	s3->virtual_hosted = cfg->addressing == ADDRESSING_VIRTUAL;
