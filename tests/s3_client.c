@@ -104,7 +104,8 @@ static int do_get(struct s3 *s3, const char *key, int argc, char **argv)
 		return fail(error);
 	}
 	p = g_bytes_get_data(data, &len);
-	fwrite(p, 1, len, stdout);
+	if (len)
+		fwrite(p, 1, len, stdout);
 	fprintf(stderr, "size=%" G_GUINT64_FORMAT " etag=%s request_id=%s\n",
 		meta.size, meta.etag ? meta.etag : "-",
 		meta.request_id ? meta.request_id : "-");
