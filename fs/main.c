@@ -1,0 +1,473 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * bucketfs - mount an S3 bucket (or a prefix) as a read-only POSIX tree.
+ *
+ *   bucketfs [-f] [-d] [-o OPT[,OPT...]]... s3://BUCKET[/PREFIX] MOUNTPOINT
+ *
+ * Start-up: options, then the persisted index (opened if valid, else
+ * listed and built, with progress on a terminal), then the kernel mount,
+ * then (in the background unless -f) the S3 client and the FUSE loop.  The
+ * parent returns once the mount exists.  SIGHUP reopens the index file and
+ * switches the live mount onto it; SIGTERM, SIGINT and fusermount3 -u
+ * unmount cleanly.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <fuse_lowlevel.h>
+
+#include "config.h"
+#include "error.h"
+#include "index.h"
+#include "lister.h"
+#include "log.h"
+#include "ops.h"
+#include "s3.h"
+#include "version.h"
+
+#define DEFAULT_ENTRY_TIMEOUT 3600.0
+
+struct mount {
+	struct config cfg;
+	struct fs_options fs;
+	char *mountpoint;
+	char *index_path;
+	gboolean foreground;
+	gboolean debug;
+	guint list_workers;
+	GPtrArray *fuse_opts;	/* of char *: options FUSE itself takes */
+};
+
+/* clang-format off */
+static const char usage[] =
+"usage: bucketfs [-f] [-d] [-o OPT[,OPT...]]... s3://BUCKET[/PREFIX] MOUNTPOINT\n"
+"\n"
+"Mounts an S3 bucket, or a prefix of one, as a read-only POSIX tree.  The\n"
+"bucket is listed once into a persisted index (see bucketfs-index(1));\n"
+"later mounts open it in well under a second and answer every metadata\n"
+"operation from it without a request.  Reads are GETs with If-Match set\n"
+"to the indexed ETag.  Returns once the mount is ready (see -f).\n"
+"\n"
+"    -f                    stay in the foreground, log to stderr too\n"
+"    -d                    debug: -f, and log every request and retry\n"
+"    -h, --help            this help\n"
+"    -V, --version         the version\n"
+"\n";
+
+static const char mount_help[] =
+"Mount options:\n"
+"    entry_timeout=SECS    how long the kernel caches names and\n"
+"                          attributes (default 3600)\n"
+"    free_space=BYTES      free space statfs reports (default: the\n"
+"                          dataset's size, at least 1 PiB)\n"
+"    list_workers=N        parallel listings when building the index\n"
+"                          (default 4 per endpoint)\n"
+"    allow_other           let other users see the mount (FUSE)\n"
+"    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
+"\n"
+"SIGHUP makes a mounted bucketfs reopen its index file and switch to it\n"
+"(after bucketfs-index build); open files keep working.\n";
+/* clang-format on */
+
+static void print_help(void)
+{
+	printf("%s%s\n%s", usage, config_options_help(), mount_help);
+}
+
+/* -- options ------------------------------------------------------------ */
+
+static gboolean parse_number(const char *name, const char *v, double max,
+			     double *out, GError **error)
+{
+	char *end;
+	double d = g_ascii_strtod(v, &end);
+
+	if (!*v || *end || d < 0 || d > max) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option '%s': '%s' is not a number between 0 and "
+			    "%.0f", name, v, max);
+		return FALSE;
+	}
+	*out = d;
+	return TRUE;
+}
+
+/* Our own mount options out of what config passed through; the rest is
+ * FUSE's to judge. */
+static gboolean take_mount_option(struct mount *m, const char *opt,
+				  GError **error)
+{
+	const char *eq = strchr(opt, '=');
+	g_autofree char *name = eq ? g_strndup(opt, eq - opt) : g_strdup(opt);
+	const char *v = eq ? eq + 1 : "";
+	double d;
+
+	if (!strcmp(name, "entry_timeout"))
+		return parse_number(name, v, 1e9, &m->fs.entry_timeout, error);
+	if (!strcmp(name, "free_space")) {
+		if (!parse_number(name, v, 1e19, &d, error))
+			return FALSE;
+		m->fs.free_space = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "list_workers")) {
+		if (!parse_number(name, v, 32, &d, error) || d < 1) {
+			g_clear_error(error);
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'list_workers': '%s' is not an "
+				    "integer between 1 and 32", v);
+			return FALSE;
+		}
+		m->list_workers = (guint)d;
+		return TRUE;
+	}
+	/* mount(8) and fstab bookkeeping that means nothing to us. */
+	if (!strcmp(name, "defaults") || !strcmp(name, "nofail") ||
+	    !strcmp(name, "_netdev") || g_str_has_prefix(name, "x-") ||
+	    !strcmp(name, "auto") || !strcmp(name, "noauto") ||
+	    !strcmp(name, "user") || !strcmp(name, "users") ||
+	    !strcmp(name, "nouser"))
+		return TRUE;
+	if (!strcmp(name, "default_permissions") || !strcmp(name, "ro"))
+		return TRUE;	/* always set */
+	g_ptr_array_add(m->fuse_opts, g_strdup(opt));
+	return TRUE;
+}
+
+static gboolean parse_args(struct mount *m, int argc, char **argv,
+			   GError **error)
+{
+	g_autoptr(GPtrArray) pass = g_ptr_array_new_with_free_func(g_free);
+	const char *url = NULL;
+	int i;
+	guint j;
+
+	for (i = 1; i < argc; i++) {
+		const char *a = argv[i];
+
+		if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+			print_help();
+			exit(0);
+		} else if (!strcmp(a, "-V") || !strcmp(a, "--version")) {
+			printf("bucketfs %s (libfuse %s)\n", BUCKETFS_VERSION,
+			       fuse_pkgversion());
+			exit(0);
+		} else if (!strcmp(a, "-f")) {
+			m->foreground = TRUE;
+		} else if (!strcmp(a, "-d")) {
+			m->foreground = m->debug = TRUE;
+		} else if (!strcmp(a, "-o") || g_str_has_prefix(a, "-o")) {
+			const char *o = a[2] ? a + 2 : argv[++i];
+
+			if (!o) {
+				g_set_error(error, BFS_ERROR, EINVAL,
+					    "option '-o' needs a value");
+				return FALSE;
+			}
+			if (!config_parse_options(&m->cfg, o, pass, error))
+				return FALSE;
+		} else if (a[0] == '-') {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "unknown argument '%s' (see --help)", a);
+			return FALSE;
+		} else if (!url) {
+			url = a;
+		} else if (!m->mountpoint) {
+			m->mountpoint = g_strdup(a);
+		} else {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "unexpected argument '%s' (see --help)", a);
+			return FALSE;
+		}
+	}
+	if (!url || !m->mountpoint) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "expected s3://BUCKET[/PREFIX] and MOUNTPOINT "
+			    "(see --help)");
+		return FALSE;
+	}
+	for (j = 0; j < pass->len; j++)
+		if (!take_mount_option(m, g_ptr_array_index(pass, j), error))
+			return FALSE;
+	return config_parse_url(&m->cfg, url, error) &&
+	       config_finish(&m->cfg, error);
+}
+
+/* -- the index ---------------------------------------------------------- */
+
+static void show_progress(const struct lister_progress *p, void *user)
+{
+	const char *what = user;
+	double rate = p->elapsed > 0 ? p->keys / p->elapsed : 0;
+
+	fprintf(stderr, "\r%s: %" G_GUINT64_FORMAT " objects listed, %.0f/s, "
+			"%.1f s, %u range%s ",
+		what, p->keys, rate, p->elapsed, p->ranges,
+		p->ranges == 1 ? "" : "s");
+	if (p->done)
+		fputc('\n', stderr);
+}
+
+/* Lists the bucket into a new index at m->index_path. */
+static gboolean build_index(struct mount *m, struct s3 *s3, GError **error)
+{
+	g_autofree char *p = log_escape(m->cfg.prefix, -1);
+	g_autofree char *what = g_strdup_printf("listing s3://%s/%s",
+						m->cfg.bucket, p);
+	struct lister_options o = { .workers = m->list_workers };
+	struct index_stats st;
+	gint64 t0 = g_get_monotonic_time();
+	double secs;
+
+	if (isatty(STDERR_FILENO)) {
+		o.progress = show_progress;
+		o.user = what;
+	}
+	if (!lister_build(s3, m->cfg.prefix, m->index_path, &o, &st, error))
+		return FALSE;
+	secs = (g_get_monotonic_time() - t0) / 1e6;
+	log_msg(LOG_LEVEL_NOTICE,
+		"indexed s3://%s/%s: %" G_GUINT64_FORMAT " keys in %.1f s "
+		"(%.0f/s) into %s",
+		m->cfg.bucket, p, st.keys, secs, secs > 0 ? st.keys / secs : 0,
+		m->index_path);
+	return TRUE;
+}
+
+/* Logs, once, the keys the tree cannot show. */
+static void report_hidden(struct index *idx)
+{
+	struct index_stats s;
+	guint64 hidden;
+
+	index_get_stats(idx, &s);
+	hidden = s.skipped_empty + s.skipped_dot + s.skipped_long +
+		 s.skipped_deep + s.shadowed;
+	if (!hidden)
+		return;
+	log_msg(LOG_LEVEL_WARNING,
+		"%" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " keys cannot be "
+		"shown as paths: %" G_GUINT64_FORMAT " with an empty component "
+		"('a//b'), %" G_GUINT64_FORMAT " with '.' or '..', %"
+		G_GUINT64_FORMAT " with a name over 255 bytes, %"
+		G_GUINT64_FORMAT " too deep, %" G_GUINT64_FORMAT " hidden by a "
+		"directory of the same name (see bucketfs(1), KEYS AND PATHS)",
+		hidden, s.keys, s.skipped_empty, s.skipped_dot, s.skipped_long,
+		s.skipped_deep, s.shadowed);
+}
+
+/*
+ * The index to serve: the file at m->index_path if it is valid for this
+ * bucket and prefix; otherwise (missing, corrupt, truncated, another
+ * version or bucket) the reason is logged and the index rebuilt.
+ */
+static struct index *load_index(struct mount *m, struct s3 *s3,
+				GError **error)
+{
+	g_autoptr(GError) why = NULL;
+	struct index *idx;
+
+	idx = index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, &why);
+	if (idx)
+		return idx;
+	if (why->code == ENOENT)
+		log_msg(LOG_LEVEL_NOTICE, "no index at %s yet: listing the "
+			"bucket once", m->index_path);
+	else if (why->code == ELOOP || why->code == EACCES ||
+		 why->code == EINVAL) {
+		/* Not ours to replace: a symlink, a directory, no access. */
+		g_propagate_error(error, g_steal_pointer(&why));
+		return NULL;
+	} else
+		log_error(LOG_LEVEL_WARNING, why, "not serving the index; "
+			  "rebuilding it");
+	if (!build_index(m, s3, error))
+		return NULL;
+	return index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, error);
+}
+
+/* -- signals ------------------------------------------------------------ */
+
+struct reloader {
+	struct mount *m;
+	struct fs *fs;
+};
+
+/* SIGHUP is blocked in every thread; this one takes it synchronously. */
+static gpointer reload_thread(gpointer data)
+{
+	struct reloader *r = data;
+	sigset_t set;
+	int sig;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	for (;;) {
+		g_autoptr(GError) error = NULL;
+		struct index *idx;
+
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		idx = index_open(r->m->index_path, r->m->cfg.bucket,
+				 r->m->cfg.prefix, &error);
+		if (!idx) {
+			log_error(LOG_LEVEL_ERR, error, "SIGHUP: keeping the "
+				  "current index");
+			continue;
+		}
+		fs_switch_index(r->fs, idx);
+		log_msg(LOG_LEVEL_NOTICE, "SIGHUP: now serving %s",
+			index_path(idx));
+		report_hidden(idx);
+		index_unref(idx);
+	}
+	return NULL;
+}
+
+/* A mount must not fail for lack of descriptors: take the hard limit. */
+static void raise_nofile(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) != 0)
+		return;
+	if (rl.rlim_cur < rl.rlim_max) {
+		rlim_t soft = rl.rlim_cur;
+
+		rl.rlim_cur = rl.rlim_max;
+		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
+			rl.rlim_cur = soft;
+	}
+	log_msg(LOG_LEVEL_INFO, "RLIMIT_NOFILE: soft %llu, hard %llu",
+		(unsigned long long)rl.rlim_cur,
+		(unsigned long long)rl.rlim_max);
+}
+
+/* -- FUSE --------------------------------------------------------------- */
+
+static struct fuse_args fuse_args_for(struct mount *m)
+{
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	g_autofree char *fsname = NULL;
+	guint i;
+
+	fuse_opt_add_arg(&args, "bucketfs");
+	if (m->debug)
+		fuse_opt_add_arg(&args, "-d");
+	fsname = g_strdup_printf("fsname=s3://%s/%s", m->cfg.bucket,
+				 m->cfg.prefix);
+	fuse_opt_add_arg(&args, "-o");
+	fuse_opt_add_arg(&args, "ro,default_permissions,subtype=bucketfs,"
+				"max_read=1048576");
+	fuse_opt_add_opt_escaped(&args.argv[args.argc - 1], fsname);
+	for (i = 0; i < m->fuse_opts->len; i++) {
+		fuse_opt_add_arg(&args, "-o");
+		fuse_opt_add_arg(&args, g_ptr_array_index(m->fuse_opts, i));
+	}
+	return args;
+}
+
+static int serve(struct mount *m, struct index *idx)
+{
+	struct fuse_args args = fuse_args_for(m);
+	struct fuse_loop_config *lc = NULL;
+	struct reloader r = { .m = m };
+	g_autoptr(GError) error = NULL;
+	struct fuse_session *se;
+	struct s3 *s3;
+	sigset_t set;
+	int rc = 1;
+
+	r.fs = fs_new(idx, &m->fs);
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), r.fs);
+	if (!se)
+		goto out;	/* libfuse said why on stderr */
+	fs_set_session(r.fs, se);
+	if (fuse_set_signal_handlers(se) != 0)
+		goto out_destroy;
+	if (fuse_session_mount(se, m->mountpoint) != 0)
+		goto out_handlers;
+	/* The parent returns here: the mount exists. */
+	fuse_daemonize(m->foreground);
+
+	/* Threads start only now: they do not survive the fork. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	s3 = s3_new(&m->cfg, &error);
+	if (!s3) {
+		log_error(LOG_LEVEL_ERR, error, "cannot start the S3 client");
+		goto out_unmount;
+	}
+	fs_set_s3(r.fs, s3);
+	g_thread_unref(g_thread_new("bfs-sighup", reload_thread, &r));
+	log_msg(LOG_LEVEL_NOTICE, "mounted s3://%s/%s on %s (index %s)",
+		m->cfg.bucket, m->cfg.prefix, m->mountpoint, m->index_path);
+	lc = fuse_loop_cfg_create();
+	fuse_loop_cfg_set_max_threads(lc, 64);
+	rc = fuse_session_loop_mt(se, lc) ? 1 : 0;
+	fuse_loop_cfg_destroy(lc);
+	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
+out_unmount:
+	fuse_session_unmount(se);
+out_handlers:
+	fuse_remove_signal_handlers(se);
+out_destroy:
+	fuse_session_destroy(se);
+out:
+	fs_free(r.fs);
+	fuse_opt_free_args(&args);
+	return rc;
+}
+
+int main(int argc, char **argv)
+{
+	struct mount m = { 0 };
+	g_autoptr(GError) error = NULL;
+	struct index *idx = NULL;
+	struct s3 *s3 = NULL;
+	int rc = 1;
+
+	config_init(&m.cfg);
+	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
+	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);
+	if (!parse_args(&m, argc, argv, &error)) {
+		fprintf(stderr, "bucketfs: %s\n", error->message);
+		rc = 2;
+		goto out;
+	}
+	log_init("bucketfs", m.foreground,
+		 m.debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO);
+	raise_nofile();
+	m.index_path = m.cfg.index_path ?
+			       g_strdup(m.cfg.index_path) :
+			       index_default_path(m.cfg.bucket, m.cfg.prefix);
+	/* A client now, for the listing and to fail early on bad
+	 * credentials; its threads die at the fork, so it goes first. */
+	s3 = s3_new(&m.cfg, &error);
+	if (s3)
+		idx = load_index(&m, s3, &error);
+	s3_free(s3);
+	if (!idx) {
+		log_error(LOG_LEVEL_ERR, error, "cannot mount s3://%s/%s",
+			  m.cfg.bucket, m.cfg.prefix);
+		if (!m.foreground)
+			fprintf(stderr, "bucketfs: %s\n", error->message);
+		goto out;
+	}
+	report_hidden(idx);
+	rc = serve(&m, idx);
+	index_unref(idx);
+out:
+	log_shutdown();
+	g_ptr_array_unref(m.fuse_opts);
+	g_free(m.mountpoint);
+	g_free(m.index_path);
+	config_clear(&m.cfg);
+	return rc;
+}

@@ -1,0 +1,772 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <errno.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/xattr.h>
+
+#include "error.h"
+#include "log.h"
+#include "ops.h"
+
+#define GEN_SHIFT 40
+#define ID_MASK ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
+#define BLOCK 4096
+#define PIB (G_GUINT64_CONSTANT(1) << 50)
+
+/* An index and how many kernel lookups its nodes hold. */
+struct gen {
+	guint64 number;
+	struct index *idx;
+	guint64 lookups;	/* protected by fs->lock */
+};
+
+struct fs {
+	struct s3 *s3;		/* set before the loop, then immutable */
+	struct fuse_session *se;	/* likewise */
+	struct fs_options opts;
+
+	GMutex lock;
+	struct gen *current;	/* protected by lock */
+	GHashTable *gens;	/* protected by lock: number -> struct gen */
+	guint64 next_gen;	/* protected by lock */
+};
+
+/* An open file: what a read needs, copied out of the index. */
+struct handle {
+	char *key;
+	char *etag;
+	guint64 size;
+};
+
+static struct fs *data(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* -- generations -------------------------------------------------------- */
+
+static void gen_free(void *p)
+{
+	struct gen *g = p;
+
+	index_unref(g->idx);
+	g_free(g);
+}
+
+/* Drops an old generation nobody looks at any more.  Under fs->lock. */
+static void gen_maybe_drop(struct fs *fs, struct gen *g)
+{
+	if (g != fs->current && g->lookups == 0)
+		g_hash_table_remove(fs->gens, &g->number);
+}
+
+/*
+ * The entry of @key (prefix included; directories end with '/') in @idx,
+ * found by walking its components from the root.
+ */
+static gboolean find_key(struct index *idx, const char *key, index_id *out)
+{
+	const char *p = key + strlen(index_prefix(idx));
+	index_id cur = INDEX_ROOT;
+
+	if (strncmp(key, index_prefix(idx), strlen(index_prefix(idx))) != 0)
+		return FALSE;
+	while (*p) {
+		const char *slash = strchr(p, '/');
+		gsize len = slash ? (gsize)(slash - p) : strlen(p);
+
+		if (!index_lookup(idx, cur, p, len, &cur))
+			return FALSE;
+		p += len + (slash ? 1 : 0);
+	}
+	*out = cur;
+	return TRUE;
+}
+
+/*
+ * The index and entry behind @ino, with a reference on the index (unref
+ * it); NULL for a node id that names no live generation.  A node of an
+ * older index is answered from the current one when its key is still
+ * there, so a SIGHUP refresh reaches names the kernel already knows.
+ */
+static struct index *resolve(struct fs *fs, fuse_ino_t ino, index_id *id)
+{
+	guint64 number = ino >> GEN_SHIFT;
+	struct index *idx = NULL, *cur = NULL;
+	g_autofree char *key = NULL;
+	struct gen *g;
+
+	g_mutex_lock(&fs->lock);
+	if (ino == FUSE_ROOT_ID) {
+		g = fs->current;
+		*id = INDEX_ROOT;
+	} else {
+		g = g_hash_table_lookup(fs->gens, &number);
+		*id = ino & ID_MASK;
+	}
+	if (g)
+		idx = index_ref(g->idx);
+	if (g && g != fs->current)
+		cur = index_ref(fs->current->idx);
+	g_mutex_unlock(&fs->lock);
+	if (!cur)
+		return idx;
+	key = index_key(idx, *id);
+	if (key && find_key(cur, key, id)) {
+		index_unref(idx);
+		return cur;
+	}
+	index_unref(cur);
+	return idx;
+}
+
+/*
+ * Whether the kernel's caches for @ino can be trusted: its node belongs to
+ * the current index.
+ */
+static gboolean is_current(struct fs *fs, fuse_ino_t ino)
+{
+	gboolean cur;
+
+	if (ino == FUSE_ROOT_ID)
+		return TRUE;
+	g_mutex_lock(&fs->lock);
+	cur = (ino >> GEN_SHIFT) == fs->current->number;
+	g_mutex_unlock(&fs->lock);
+	return cur;
+}
+
+/* The node id of entry @id of @idx, counting one kernel lookup. */
+static fuse_ino_t node_for(struct fs *fs, struct index *idx, index_id id)
+{
+	GHashTableIter it;
+	struct gen *g = NULL, *x;
+
+	if (id == INDEX_ROOT)
+		return FUSE_ROOT_ID;
+	g_mutex_lock(&fs->lock);
+	if (fs->current->idx == idx) {
+		g = fs->current;
+	} else {
+		g_hash_table_iter_init(&it, fs->gens);
+		while (g_hash_table_iter_next(&it, NULL, (gpointer *)&x))
+			if (x->idx == idx)
+				g = x;
+	}
+	g->lookups++;
+	g_mutex_unlock(&fs->lock);
+	return (g->number << GEN_SHIFT) | id;
+}
+
+static void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n)
+{
+	guint64 number = ino >> GEN_SHIFT;
+	struct gen *g;
+
+	if (ino == FUSE_ROOT_ID)
+		return;
+	g_mutex_lock(&fs->lock);
+	g = g_hash_table_lookup(fs->gens, &number);
+	if (g) {
+		g->lookups -= MIN(n, g->lookups);
+		gen_maybe_drop(fs, g);
+	}
+	g_mutex_unlock(&fs->lock);
+}
+
+/* -- attributes --------------------------------------------------------- */
+
+static void fill_stat(struct index *idx, index_id id, fuse_ino_t ino,
+		      struct stat *st)
+{
+	struct index_attr a;
+
+	index_get_attr(idx, id, &a);
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a.ino;
+	st->st_mode = a.is_dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	st->st_nlink = a.is_dir ? 2 : 1;
+	st->st_size = (off_t)a.size;
+	st->st_blksize = BLOCK;
+	st->st_blocks = (blkcnt_t)((a.size + 511) / 512);
+	st->st_mtime = st->st_ctime = st->st_atime = (time_t)a.mtime;
+	(void)ino;
+}
+
+static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
+			index_id id)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = node_for(fs, idx, id);
+	e.generation = 1;
+	e.attr_timeout = fs->opts.entry_timeout;
+	e.entry_timeout = fs->opts.entry_timeout;
+	fill_stat(idx, id, e.ino, &e.attr);
+	if (fuse_reply_entry(req, &e) != 0)
+		forget_one(fs, e.ino, 1);
+}
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct fs *fs = data(req);
+	index_id dir, child;
+	struct index *idx = resolve(fs, parent, &dir);
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	if (!index_lookup(idx, dir, name, strlen(name), &child)) {
+		struct fuse_entry_param neg = {
+			.entry_timeout = fs->opts.entry_timeout,
+		};
+
+		/* A cached negative entry: the index won't grow the name. */
+		fuse_reply_entry(req, &neg);
+	} else {
+		reply_entry(req, fs, idx, child);
+	}
+	index_unref(idx);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	forget_one(data(req), ino, nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count,
+			    struct fuse_forget_data *forgets)
+{
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		forget_one(data(req), forgets[i].ino, forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	struct fs *fs = data(req);
+	index_id id;
+	struct index *idx = resolve(fs, ino, &id);
+	struct stat st;
+
+	(void)fi;
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	fill_stat(idx, id, ino, &st);
+	fuse_reply_attr(req, &st, fs->opts.entry_timeout);
+	index_unref(idx);
+}
+
+/* -- directories -------------------------------------------------------- */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	index_id id;
+	struct index *idx = resolve(data(req), ino, &id);
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	if (!index_is_dir(idx, id)) {
+		fuse_reply_err(req, ENOTDIR);
+	} else {
+		fi->keep_cache = is_current(data(req), ino);
+		fi->cache_readdir = 1;
+		fuse_reply_open(req, fi);
+	}
+	index_unref(idx);
+}
+
+static ino_t dir_ino(struct index *idx, index_id id)
+{
+	struct index_attr a;
+
+	index_get_attr(idx, id, &a);
+	return a.ino;
+}
+
+/*
+ * Offsets: 1 and 2 follow "." and ".."; a child at position p is followed
+ * by offset p + 3.  Positions are fixed for the life of the index, so
+ * offsets stay valid across calls.
+ */
+static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, gboolean plus)
+{
+	struct fs *fs = data(req);
+	index_id dir, child;
+	struct index *idx = resolve(fs, ino, &dir);
+	g_autofree char *buf = NULL;
+	size_t used = 0;
+	guint64 pos, next;
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	buf = g_malloc(size);
+	for (; off < 2; off++) {
+		struct fuse_entry_param e = { 0 };
+		const char *name = off == 0 ? "." : "..";
+		size_t n;
+
+		e.attr.st_ino = dir_ino(idx, off == 0 ? dir :
+						       index_parent(idx, dir));
+		e.attr.st_mode = S_IFDIR;
+		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
+						  name, &e, off + 1) :
+			   fuse_add_direntry(req, buf + used, size - used,
+					     name, &e.attr, off + 1);
+		if (n > size - used)
+			goto reply;
+		used += n;
+	}
+	pos = (guint64)off - 2;
+	while (index_child_at(idx, dir, pos, &child, &next)) {
+		struct fuse_entry_param e = { 0 };
+		const char *name = index_name(idx, child, NULL);
+		size_t n;
+
+		pos = next;
+		if (!name)
+			continue;
+		fill_stat(idx, child, 0, &e.attr);
+		if (!plus) {
+			n = fuse_add_direntry(req, buf + used, size - used,
+					      name, &e.attr, (off_t)next + 2);
+			if (n > size - used)
+				break;
+			used += n;
+			continue;
+		}
+		/* readdirplus hands the kernel a lookup: count it only if
+		 * the entry fits. */
+		e.attr_timeout = e.entry_timeout = fs->opts.entry_timeout;
+		e.generation = 1;
+		e.ino = node_for(fs, idx, child);
+		n = fuse_add_direntry_plus(req, buf + used, size - used, name,
+					   &e, (off_t)next + 2);
+		if (n > size - used) {
+			forget_one(fs, e.ino, 1);
+			break;
+		}
+		used += n;
+	}
+reply:
+	fuse_reply_buf(req, buf, used);
+	index_unref(idx);
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
+		       off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	readdir_common(req, ino, size, off, FALSE);
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
+			   off_t off, struct fuse_file_info *fi)
+{
+	(void)fi;
+	readdir_common(req, ino, size, off, TRUE);
+}
+
+/* -- files -------------------------------------------------------------- */
+
+static void handle_free(struct handle *h)
+{
+	g_free(h->key);
+	g_free(h->etag);
+	g_free(h);
+}
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct fs *fs = data(req);
+	index_id id;
+	struct index *idx = resolve(fs, ino, &id);
+	struct index_attr a;
+	struct handle *h;
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	index_get_attr(idx, id, &a);
+	if (a.is_dir) {
+		fuse_reply_err(req, EISDIR);
+		goto out;
+	}
+	if ((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) {
+		fuse_reply_err(req, EROFS);
+		goto out;
+	}
+	h = g_new0(struct handle, 1);
+	h->key = index_key(idx, id);
+	h->etag = index_etag(idx, id);
+	h->size = a.size;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	/* Pages stay valid while the object can't change under the index:
+	 * the GET's If-Match guarantees it. */
+	fi->keep_cache = is_current(fs, ino);
+	fi->noflush = 1;
+	if (fuse_reply_open(req, fi) != 0)
+		handle_free(h);
+out:
+	index_unref(idx);
+}
+
+struct read_call {
+	fuse_req_t req;
+	char *key;
+};
+
+/* How a failed read reads in the log, past the cause chain. */
+static const char *read_hint(int code)
+{
+	switch (code) {
+	case ESTALE:
+		return "the object changed after the index was built "
+		       "(rebuild it: bucketfs-index build, then SIGHUP)";
+	case ENOENT:
+		return "the object vanished after the index was built";
+	default:
+		return NULL;
+	}
+}
+
+static void read_done(GBytes *bytes, const struct s3_object_meta *meta,
+		      const GError *error, void *user)
+{
+	struct read_call *rc = user;
+
+	(void)meta;
+	if (error) {
+		const char *hint = read_hint(bfs_error_errno(error));
+		g_autofree char *k = log_escape(rc->key, -1);
+
+		log_error(LOG_LEVEL_ERR, error, "read '%s'%s%s", k,
+			  hint ? ": " : "", hint ? hint : "");
+		fuse_reply_err(rc->req, bfs_error_errno(error));
+	} else {
+		gsize n;
+		const void *p = g_bytes_get_data(bytes, &n);
+
+		fuse_reply_buf(rc->req, p, n);
+	}
+	g_free(rc->key);
+	g_free(rc);
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct fs *fs = data(req);
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct s3_get_args a = { .endpoint = -1 };
+	struct read_call *rc;
+
+	(void)ino;
+	if (off < 0 || (guint64)off >= h->size || size == 0) {
+		fuse_reply_buf(req, NULL, 0);
+		return;
+	}
+	a.offset = (guint64)off;
+	a.length = MIN((guint64)size, h->size - (guint64)off);
+	a.if_match = h->etag;
+	rc = g_new0(struct read_call, 1);
+	rc->req = req;
+	rc->key = g_strdup(h->key);
+	s3_get_async(fs->s3, h->key, &a, read_done, rc);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino,
+		       struct fuse_file_info *fi)
+{
+	(void)ino;
+	handle_free((struct handle *)(uintptr_t)fi->fh);
+	fuse_reply_err(req, 0);
+}
+
+/* -- the rest ----------------------------------------------------------- */
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct fs *fs = data(req);
+	struct index *idx = fs_current_index(fs);
+	struct index_stats s;
+	struct statvfs st = { 0 };
+	guint64 free_bytes;
+
+	(void)ino;
+	index_get_stats(idx, &s);
+	/* Benchmark tools refuse a filesystem that looks too full for the
+	 * dataset: report free space of at least its size. */
+	free_bytes = fs->opts.free_space ? fs->opts.free_space :
+					   MAX(s.bytes, PIB);
+	st.f_bsize = BLOCK;
+	st.f_frsize = BLOCK;
+	st.f_blocks = (s.bytes + free_bytes + BLOCK - 1) / BLOCK;
+	st.f_bfree = st.f_bavail = free_bytes / BLOCK;
+	st.f_files = s.entries;
+	st.f_ffree = st.f_favail = 0;
+	st.f_namemax = INDEX_NAME_MAX;
+	fuse_reply_statfs(req, &st);
+	index_unref(idx);
+}
+
+/* The extended attributes every file has: "user.s3.*". */
+static const char xattr_names[] = "user.s3.etag\0user.s3.key\0"
+				  "user.s3.uri\0";
+
+static char *xattr_value(struct index *idx, index_id id, const char *name)
+{
+	g_autofree char *key = index_key(idx, id);
+
+	if (!strcmp(name, "user.s3.etag"))
+		return index_etag(idx, id);
+	if (!strcmp(name, "user.s3.key"))
+		return g_steal_pointer(&key);
+	if (!strcmp(name, "user.s3.uri"))
+		return g_strdup_printf("s3://%s/%s", index_bucket(idx),
+				       key ? key : "");
+	return NULL;
+}
+
+static void reply_sized(fuse_req_t req, const char *value, size_t len,
+			size_t size)
+{
+	if (size == 0)
+		fuse_reply_xattr(req, len);
+	else if (size < len)
+		fuse_reply_err(req, ERANGE);
+	else
+		fuse_reply_buf(req, value, len);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			size_t size)
+{
+	index_id id;
+	struct index *idx = resolve(data(req), ino, &id);
+	g_autofree char *v = NULL;
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	v = xattr_value(idx, id, name);
+	if (!v)
+		fuse_reply_err(req, ENODATA);
+	else
+		reply_sized(req, v, strlen(v), size);
+	index_unref(idx);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	index_id id;
+	struct index *idx = resolve(data(req), ino, &id);
+
+	if (!idx) {
+		fuse_reply_err(req, ESTALE);
+		return;
+	}
+	if (index_is_dir(idx, id))
+		reply_sized(req, "user.s3.key\0user.s3.uri", 24, size);
+	else
+		reply_sized(req, xattr_names, sizeof(xattr_names) - 1, size);
+	index_unref(idx);
+}
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	(void)userdata;
+	conn->want |= FUSE_CAP_ASYNC_READ;
+	if (conn->capable & FUSE_CAP_READDIRPLUS)
+		conn->want |= FUSE_CAP_READDIRPLUS;
+	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	conn->max_read = 1u << 20;
+	conn->max_readahead = 1u << 20;
+}
+
+/* Writes: the mount is read-only, whatever reaches us. */
+static void op_erofs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a,
+			     int to_set, struct fuse_file_info *fi)
+{
+	(void)ino, (void)a, (void)to_set, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_name(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	(void)parent, (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_mkdir(fuse_req_t req, fuse_ino_t parent,
+			   const char *name, mode_t mode)
+{
+	(void)parent, (void)name, (void)mode;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_create(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, mode_t mode,
+			    struct fuse_file_info *fi)
+{
+	(void)parent, (void)name, (void)mode, (void)fi;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_mknod(fuse_req_t req, fuse_ino_t parent,
+			   const char *name, mode_t mode, dev_t rdev)
+{
+	(void)parent, (void)name, (void)mode, (void)rdev;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_rename(fuse_req_t req, fuse_ino_t parent,
+			    const char *name, fuse_ino_t newparent,
+			    const char *newname, unsigned int flags)
+{
+	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_link(fuse_req_t req, fuse_ino_t ino,
+			  fuse_ino_t newparent, const char *newname)
+{
+	(void)ino, (void)newparent, (void)newname;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_symlink(fuse_req_t req, const char *link,
+			     fuse_ino_t parent, const char *name)
+{
+	(void)link, (void)parent, (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_setxattr(fuse_req_t req, fuse_ino_t ino,
+			      const char *name, const char *value,
+			      size_t size, int flags)
+{
+	(void)ino, (void)name, (void)value, (void)size, (void)flags;
+	fuse_reply_err(req, EROFS);
+}
+
+static void op_erofs_removexattr(fuse_req_t req, fuse_ino_t ino,
+				 const char *name)
+{
+	(void)ino, (void)name;
+	fuse_reply_err(req, EROFS);
+}
+
+const struct fuse_lowlevel_ops fs_ops = {
+	.init = op_init,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.open = op_open,
+	.read = op_read,
+	.release = op_release,
+	.statfs = op_statfs,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.setattr = op_erofs_setattr,
+	.mknod = op_erofs_mknod,
+	.mkdir = op_erofs_mkdir,
+	.unlink = op_erofs_name,
+	.rmdir = op_erofs_name,
+	.symlink = op_erofs_symlink,
+	.rename = op_erofs_rename,
+	.link = op_erofs_link,
+	.create = op_erofs_create,
+	.setxattr = op_erofs_setxattr,
+	.removexattr = op_erofs_removexattr,
+};
+
+/* -- lifecycle ---------------------------------------------------------- */
+
+static struct gen *gen_new(struct fs *fs, struct index *idx)
+{
+	struct gen *g = g_new0(struct gen, 1);
+
+	g->number = ++fs->next_gen;
+	g->idx = index_ref(idx);
+	g_hash_table_insert(fs->gens, &g->number, g);
+	return g;
+}
+
+struct fs *fs_new(struct index *idx, const struct fs_options *opts)
+{
+	struct fs *fs = g_new0(struct fs, 1);
+
+	fs->opts = *opts;
+	g_mutex_init(&fs->lock);
+	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+					 gen_free);
+	fs->current = gen_new(fs, idx);
+	return fs;
+}
+
+void fs_set_s3(struct fs *fs, struct s3 *s3)
+{
+	fs->s3 = s3;
+}
+
+void fs_set_session(struct fs *fs, struct fuse_session *se)
+{
+	fs->se = se;
+}
+
+void fs_free(struct fs *fs)
+{
+	if (!fs)
+		return;
+	s3_free(fs->s3);
+	g_hash_table_unref(fs->gens);
+	g_mutex_clear(&fs->lock);
+	g_free(fs);
+}
+
+void fs_switch_index(struct fs *fs, struct index *idx)
+{
+	struct gen *old;
+
+	g_mutex_lock(&fs->lock);
+	old = fs->current;
+	fs->current = gen_new(fs, idx);
+	gen_maybe_drop(fs, old);
+	g_mutex_unlock(&fs->lock);
+	/* The root's cached listing and attributes are stale now; other
+	 * nodes answer from the new index (see resolve()) and drop their
+	 * page caches at the next open. */
+	if (fs->se)
+		fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, 0, 0);
+}
+
+struct index *fs_current_index(struct fs *fs)
+{
+	struct index *idx;
+
+	g_mutex_lock(&fs->lock);
+	idx = index_ref(fs->current->idx);
+	g_mutex_unlock(&fs->lock);
+	return idx;
+}

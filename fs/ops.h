@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * ops.h - the FUSE low-level operations of bucketfs.
+ *
+ * Thin: each op decodes its request, asks src/ (the index for metadata, s3
+ * for bytes) and replies.  Metadata never sends a request.  A read is a
+ * GET with If-Match set to the index's ETag; its reply is sent from the
+ * HTTP completion path, so no FUSE worker waits on the network.  Failures
+ * are logged once, here, with the whole cause chain, and replied as errno.
+ *
+ * Node ids: 1 is the root of the current index; any other node id is
+ * (generation << 40) | index_id, where the generation names the index it
+ * came from.  An index stays mapped while the kernel holds a lookup on one
+ * of its nodes, so open files and cached names keep working after a
+ * SIGHUP switched the mount to a newer index.
+ *
+ * Lock order: fs->lock is a leaf; it is never held across a request or a
+ * FUSE reply.
+ */
+#ifndef BUCKETFS_FS_OPS_H
+#define BUCKETFS_FS_OPS_H
+
+#include <fuse_lowlevel.h>
+#include <glib.h>
+
+#include "index.h"
+#include "s3.h"
+
+struct fs;
+
+struct fs_options {
+	double entry_timeout;	/* seconds the kernel may cache names/attrs */
+	guint64 free_space;	/* statfs free bytes; 0 = max(dataset, 1 PiB) */
+};
+
+/*
+ * A filesystem serving @idx (a reference is taken).  The S3 client is
+ * attached later with fs_set_s3() (it starts threads, so it is made after
+ * daemonizing).  Main thread.
+ */
+struct fs *fs_new(struct index *idx, const struct fs_options *opts);
+
+/* Attaches @s3 (the fs takes ownership).  Before the session loop runs. */
+void fs_set_s3(struct fs *fs, struct s3 *s3);
+
+/* The session, for cache invalidations.  Before the loop runs. */
+void fs_set_session(struct fs *fs, struct fuse_session *se);
+
+/* Frees; every request must have been answered.  Main thread. */
+void fs_free(struct fs *fs);
+
+/*
+ * Switches new lookups to @idx (a reference is taken); nodes of the old
+ * index keep working until the kernel forgets them.  Any thread.
+ */
+void fs_switch_index(struct fs *fs, struct index *idx);
+
+/* The current index, referenced (unref it).  Any thread. */
+struct index *fs_current_index(struct fs *fs);
+
+/* The op table; the session's userdata must be the struct fs. */
+extern const struct fuse_lowlevel_ops fs_ops;
+
+#endif
