@@ -40,6 +40,7 @@ struct mount {
 	gboolean foreground;
 	gboolean debug;
 	guint list_workers;
+	double index_max_age;	/* seconds, 0 = never rebuild in the background */
 	GPtrArray *fuse_opts;	/* of char *: options FUSE itself takes */
 };
 
@@ -67,6 +68,8 @@ static const char mount_help[] =
 "                          dataset's size, at least 1 PiB)\n"
 "    list_workers=N        parallel listings when building the index\n"
 "                          (default 4 per endpoint)\n"
+"    index_max_age=SECS    rebuild an index older than SECS in the\n"
+"                          background and switch to it (default: never)\n"
 "    allow_other           let other users see the mount (FUSE)\n"
 "    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
 "\n"
@@ -115,6 +118,8 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		m->fs.free_space = (guint64)d;
 		return TRUE;
 	}
+	if (!strcmp(name, "index_max_age"))
+		return parse_number(name, v, 1e9, &m->index_max_age, error);
 	if (!strcmp(name, "list_workers")) {
 		if (!parse_number(name, v, 32, &d, error) || d < 1) {
 			g_clear_error(error);
@@ -214,7 +219,8 @@ static void show_progress(const struct lister_progress *p, void *user)
 }
 
 /* Lists the bucket into a new index at m->index_path. */
-static gboolean build_index(struct mount *m, struct s3 *s3, GError **error)
+static gboolean build_index(struct mount *m, struct s3 *s3,
+			    gboolean interactive, GError **error)
 {
 	g_autofree char *p = log_escape(m->cfg.prefix, -1);
 	g_autofree char *what = g_strdup_printf("listing s3://%s/%s",
@@ -224,7 +230,7 @@ static gboolean build_index(struct mount *m, struct s3 *s3, GError **error)
 	gint64 t0 = g_get_monotonic_time();
 	double secs;
 
-	if (isatty(STDERR_FILENO)) {
+	if (interactive && isatty(STDERR_FILENO)) {
 		o.progress = show_progress;
 		o.user = what;
 	}
@@ -286,7 +292,7 @@ static struct index *load_index(struct mount *m, struct s3 *s3,
 	} else
 		log_error(LOG_LEVEL_WARNING, why, "not serving the index; "
 			  "rebuilding it");
-	if (!build_index(m, s3, error))
+	if (!build_index(m, s3, TRUE, error))
 		return NULL;
 	return index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, error);
 }
@@ -296,7 +302,57 @@ static struct index *load_index(struct mount *m, struct s3 *s3,
 struct reloader {
 	struct mount *m;
 	struct fs *fs;
+	struct s3 *s3;		/* borrowed from fs */
 };
+
+static void switch_to(struct reloader *r, const char *why)
+{
+	g_autoptr(GError) error = NULL;
+	struct index *idx;
+
+	idx = index_open(r->m->index_path, r->m->cfg.bucket, r->m->cfg.prefix,
+			 &error);
+	if (!idx) {
+		log_error(LOG_LEVEL_ERR, error, "%s: keeping the current index",
+			  why);
+		return;
+	}
+	fs_switch_index(r->fs, idx);
+	log_msg(LOG_LEVEL_NOTICE, "%s: now serving %s", why, index_path(idx));
+	report_hidden(idx);
+	index_unref(idx);
+}
+
+/* With index_max_age: rebuild the index when it gets that old. */
+static gpointer refresh_thread(gpointer data)
+{
+	struct reloader *r = data;
+	gint64 max_age = (gint64)r->m->index_max_age;
+
+	for (;;) {
+		g_autoptr(GError) error = NULL;
+		struct index *idx = fs_current_index(r->fs);
+		struct index_stats s;
+		gint64 age, wait;
+
+		index_get_stats(idx, &s);
+		index_unref(idx);
+		age = g_get_real_time() / G_USEC_PER_SEC - s.created;
+		wait = MAX(1, max_age - age);
+		g_usleep((gulong)MIN(wait, 3600) * G_USEC_PER_SEC);
+		if (wait > 3600)
+			continue;
+		if (!build_index(r->m, r->s3, FALSE, &error)) {
+			log_error(LOG_LEVEL_ERR, error, "index_max_age: "
+				  "background rebuild failed, still serving "
+				  "the old index");
+			g_usleep((gulong)MIN(max_age, 300) * G_USEC_PER_SEC);
+			continue;
+		}
+		switch_to(r, "index_max_age");
+	}
+	return NULL;
+}
 
 /* SIGHUP is blocked in every thread; this one takes it synchronously. */
 static gpointer reload_thread(gpointer data)
@@ -308,23 +364,8 @@ static gpointer reload_thread(gpointer data)
 	sigemptyset(&set);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
-		g_autoptr(GError) error = NULL;
-		struct index *idx;
-
-		if (sigwait(&set, &sig) != 0)
-			continue;
-		idx = index_open(r->m->index_path, r->m->cfg.bucket,
-				 r->m->cfg.prefix, &error);
-		if (!idx) {
-			log_error(LOG_LEVEL_ERR, error, "SIGHUP: keeping the "
-				  "current index");
-			continue;
-		}
-		fs_switch_index(r->fs, idx);
-		log_msg(LOG_LEVEL_NOTICE, "SIGHUP: now serving %s",
-			index_path(idx));
-		report_hidden(idx);
-		index_unref(idx);
+		if (sigwait(&set, &sig) == 0)
+			switch_to(r, "SIGHUP");
 	}
 	return NULL;
 }
@@ -405,12 +446,18 @@ static int serve(struct mount *m, struct index *idx)
 		goto out_unmount;
 	}
 	fs_set_s3(r.fs, s3);
+	r.s3 = s3;
 	g_thread_unref(g_thread_new("bfs-sighup", reload_thread, &r));
+	if (m->index_max_age > 0)
+		g_thread_unref(g_thread_new("bfs-refresh", refresh_thread, &r));
 	log_msg(LOG_LEVEL_NOTICE, "mounted s3://%s/%s on %s (index %s)",
 		m->cfg.bucket, m->cfg.prefix, m->mountpoint, m->index_path);
 	lc = fuse_loop_cfg_create();
 	fuse_loop_cfg_set_max_threads(lc, 64);
-	rc = fuse_session_loop_mt(se, lc) ? 1 : 0;
+	rc = fuse_session_loop_mt(se, lc);
+	/* libfuse's signal handlers end the loop with the signal's number:
+	 * SIGTERM and SIGINT ask for a clean unmount, which this is. */
+	rc = rc == 0 || rc == SIGTERM || rc == SIGINT ? 0 : 1;
 	fuse_loop_cfg_destroy(lc);
 	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
 out_unmount:
@@ -444,6 +491,9 @@ int main(int argc, char **argv)
 	log_init("bucketfs", m.foreground,
 		 m.debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO);
 	raise_nofile();
+	if (m.cfg.rw_ignored)
+		log_msg(LOG_LEVEL_NOTICE, "option 'rw' ignored: bucketfs is "
+			"read-only, writes get EROFS");
 	m.index_path = m.cfg.index_path ?
 			       g_strdup(m.cfg.index_path) :
 			       index_default_path(m.cfg.bucket, m.cfg.prefix);

@@ -427,14 +427,16 @@ static gboolean opt_ro(struct config *cfg, const char *name, const char *value,
 	return TRUE;
 }
 
+/* mount(8) hands "rw" to every helper unless told "ro": refusing it
+ * would break mount -t fuse.bucketfs and fstab.  Writes still get EROFS. */
 static gboolean opt_rw(struct config *cfg, const char *name, const char *value,
 		       GError **error)
 {
-	(void)cfg;
+	(void)name;
 	(void)value;
-	g_set_error(error, BFS_ERROR, EINVAL,
-		    "option '%s': bucketfs is read-only for now", name);
-	return FALSE;
+	(void)error;
+	cfg->rw_ignored = TRUE;
+	return TRUE;
 }
 
 static const struct option_def option_defs[] = {
@@ -1024,8 +1026,9 @@ static const char config_help[] =
 "    max_attempts=N        attempts per request, 1..100 (default 10)\n"
 "    max_connections=N     connection limit, 1..1000000 (default: from\n"
 "                          RLIMIT_NOFILE)\n"
-"    ro                    read-only (the default; rw is not supported\n"
-"                          yet)\n"
+"    ro                    read-only (the default; rw, which mount(8)\n"
+"                          passes, is accepted and ignored: writes\n"
+"                          get EROFS)\n"
 "\n"
 "Credentials come from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY\n"
 "(and $AWS_SESSION_TOKEN), else from the profile in ~/.aws/credentials\n"

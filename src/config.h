@@ -76,6 +76,8 @@ struct config {
 	guint max_attempts;	/* default 10 */
 	guint max_connections;	/* 0 = derive later from RLIMIT_NOFILE */
 	gboolean read_only;	/* always TRUE for now */
+	gboolean rw_ignored;	/* "rw" was given (mount(8) passes it to
+				 * every helper): still read-only; say so */
 	/* Informational, for config_describe() and error messages. */
 	gboolean endpoints_from_options;
 	/*

@@ -109,7 +109,9 @@ class MountTest(unittest.TestCase):
                                         "--bucket",
                                         f"tree={cls.mkdir('tree-data')}",
                                         "--bucket",
-                                        f"hup={cls.mkdir('hup-data')}")
+                                        f"hup={cls.mkdir('hup-data')}",
+                                        "--bucket",
+                                        f"age={cls.mkdir('age-data')}")
         for k, v in TREE_KEYS.items():
             harness.put_object(cls.server.url, "tree", k, v)
 
@@ -213,6 +215,38 @@ class MountTest(unittest.TestCase):
         self.assertEqual(first, again)
         self.assertEqual(len(set(first.values())), len(first))
 
+    def test_mount_helper_and_fstab(self):
+        # mount(8) runs mount.fuse3, which finds 'bucketfs' on a fixed
+        # PATH: link the build there for the test, if nothing is there.
+        link = "/usr/local/bin/bucketfs"
+        if os.geteuid() != 0 or os.path.lexists(link):
+            self.skipTest("needs root and no installed /usr/local/bin/bucketfs")
+        os.symlink(os.path.abspath(harness.binary("bucketfs")), link)
+        mnt = tempfile.mkdtemp(prefix="bfs-fstab-")
+        fstab = os.path.join(self.tmp, "fstab")
+        opts = f"endpoint={self.server.url},index={self.index('fstab')}"
+        try:
+            r = harness.run(["mount", "-t", "fuse.bucketfs", "s3://syn", mnt,
+                             "-o", opts])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertEqual(len(os.listdir(os.path.join(mnt, "train"))),
+                             3000)
+            self.assertEqual(harness.run(["umount", mnt]).returncode, 0)
+            with open(fstab, "w") as f:
+                f.write(f"s3://syn {mnt} fuse.bucketfs {opts},_netdev,"
+                        "nofail 0 0\n")
+            r = harness.run(["mount", "-T", fstab, mnt])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            with open(os.path.join(mnt, "train",
+                                   "img_0002_of_3000.jpeg"), "rb") as f:
+                self.assertEqual(len(f.read()), 2048)
+            self.assertEqual(harness.run(["umount", mnt]).returncode, 0)
+        finally:
+            if os.path.ismount(mnt):
+                subprocess.run(["fusermount3", "-uz", mnt])
+            os.unlink(link)
+            os.rmdir(mnt)
+
     # -- the index -------------------------------------------------------
 
     def test_metadata_sends_no_request_and_index_persists(self):
@@ -294,6 +328,28 @@ class MountTest(unittest.TestCase):
         f.close()
         self.assertIn("SIGHUP: now serving", m.output())
         self.unmount(m)
+
+    def test_index_max_age_rebuilds_in_background(self):
+        harness.put_object(self.server.url, "age", "first", b"1")
+        m = self.mount("s3://age", self.index("age"), "index_max_age=1")
+        self.assertEqual(os.listdir(m.dir), ["first"])
+        harness.put_object(self.server.url, "age", "second", b"2")
+        deadline = time.monotonic() + 20
+        while "second" not in os.listdir(m.dir):
+            self.assertLess(time.monotonic(), deadline, m.output())
+            time.sleep(0.1)
+        self.assertIn("index_max_age: now serving", m.output())
+        self.unmount(m)
+
+    def test_sigterm_unmounts_cleanly(self):
+        m = self.mount("s3://syn", self.index("syn-term"))
+        m.proc.send_signal(signal.SIGTERM)
+        self.assertEqual(m.proc.wait(30), 0, m.output())
+        self.assertFalse(os.path.ismount(m.dir))
+        self.assertIn("unmounting", m.output())
+        self.mounts.remove(m)
+        m.logf.close()
+        os.rmdir(m.dir)
 
     # -- reads that fail --------------------------------------------------
 

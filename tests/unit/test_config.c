@@ -249,6 +249,12 @@ static void test_options(struct fixture *f, gconstpointer data)
 	g_assert_cmpfloat(cfg->connect_timeout, ==, 3600);
 	g_assert_cmpfloat(cfg->stall_timeout, ==, 7);
 	opts_ok(f, "");
+
+	/* mount(8) passes "rw": accepted, noted, still read-only. */
+	g_assert_false(cfg->rw_ignored);
+	opts_ok(f, "rw");
+	g_assert_true(cfg->rw_ignored);
+	g_assert_true(cfg->read_only);
 }
 
 static void test_option_escapes(struct fixture *f, gconstpointer data)
@@ -299,8 +305,6 @@ static void test_option_errors(struct fixture *f, gconstpointer data)
 		{ "bogus", "unknown option 'bogus'" },
 		{ "bogus=1", "unknown option 'bogus'" },
 		{ "allow_other", "unknown option 'allow_other'" },
-		{ "rw", "option 'rw': bucketfs is read-only for now" },
-		{ "ro,rw", "option 'rw': bucketfs is read-only for now" },
 		{ "anonymous=1", "option 'anonymous' takes no value" },
 		{ "ro=yes", "option 'ro' takes no value" },
 		{ "region", "option 'region' needs a value: region=NAME" },
