@@ -2,7 +2,9 @@
 # Sets up and builds bucketfs, starts the bundled test S3 server on
 # loopback with a sample dataset (1,000 RetinaNet-shaped objects of
 # 322,624 bytes under train/), and runs the main job against it:
-# bucketfs-doctor, the preflight of every endpoint.  Stops the server after.
+# bucketfs-doctor (the preflight of every endpoint), then a real mount that
+# lists the bucket once into an index, and ls, stat and cat through it.
+# Unmounts and stops the server after.
 #
 #   tools/demo.sh [--no-setup]
 set -euo pipefail
@@ -15,6 +17,7 @@ meson compile -C build >/dev/null
 tmp=$(mktemp -d)
 server_pid=
 cleanup() {
+	mountpoint -q "$tmp/mnt" 2>/dev/null && fusermount3 -u "$tmp/mnt"
 	[ -n "$server_pid" ] && kill "$server_pid" 2>/dev/null && wait "$server_pid" 2>/dev/null
 	rm -rf "$tmp"
 }
@@ -29,5 +32,18 @@ endpoint="http://127.0.0.1:$(cat "$tmp/port")"
 
 export AWS_ACCESS_KEY_ID=bucketfs-test AWS_SECRET_ACCESS_KEY=bucketfs-test-secret
 echo "demo: test S3 server at $endpoint, bucket 'demo' (1,000 objects)"
-echo "\$ bucketfs-doctor -o endpoint=$endpoint s3://demo/train/"
-build/tools/bucketfs-doctor -o "endpoint=$endpoint" s3://demo/train/
+run() { echo "\$ $*"; "$@"; }
+run build/tools/bucketfs-doctor -o "endpoint=$endpoint" s3://demo/train/
+echo
+mkdir "$tmp/mnt"
+run build/fs/bucketfs -o "endpoint=$endpoint,index=$tmp/demo.idx" s3://demo "$tmp/mnt"
+run ls "$tmp/mnt"
+echo "\$ ls -l $tmp/mnt/train | head -4"
+ls -l "$tmp/mnt/train" | head -4
+echo "\$ ls $tmp/mnt/train | wc -l"
+ls "$tmp/mnt/train" | wc -l
+run stat -c '%n: %s bytes, inode %i' "$tmp/mnt/train/img_0042_of_1000.jpeg"
+echo "\$ cat $tmp/mnt/train/img_0042_of_1000.jpeg | md5sum"
+cat "$tmp/mnt/train/img_0042_of_1000.jpeg" | md5sum
+run build/tools/bucketfs-index info -o "endpoint=$endpoint,index=$tmp/demo.idx" s3://demo
+run fusermount3 -u "$tmp/mnt"
