@@ -413,24 +413,41 @@ static struct fuse_args fuse_args_for(struct mount *m)
 	return args;
 }
 
-static int serve(struct mount *m, struct index *idx)
+/*
+ * A full check of the index being served, after the mount is up (it reads
+ * the whole file).  A corrupt one is rebuilt and replaced.
+ */
+static gpointer verify_thread(gpointer data)
 {
-	struct fuse_args args = fuse_args_for(m);
-	struct fuse_loop_config *lc = NULL;
-	struct reloader r = { .m = m };
+	struct reloader *r = data;
+	struct index *idx = fs_current_index(r->fs);
 	g_autoptr(GError) error = NULL;
-	struct fuse_session *se;
+
+	if (!index_verify(idx, &error)) {
+		log_error(LOG_LEVEL_ERR, error, "the index being served is "
+			  "corrupt; rebuilding it");
+		g_clear_error(&error);
+		if (build_index(r->m, r->s3, FALSE, &error))
+			switch_to(r, "rebuilt after a failed check");
+		else
+			log_error(LOG_LEVEL_ERR, error, "rebuild failed");
+	}
+	index_unref(idx);
+	return NULL;
+}
+
+/* Mounts and runs the session until unmounted; returns the exit status. */
+static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
+{
+	struct fuse_loop_config *lc = NULL;
+	struct reloader r = { .m = m, .fs = fs };
+	g_autoptr(GError) error = NULL;
 	struct s3 *s3;
 	sigset_t set;
 	int rc = 1;
 
-	r.fs = fs_new(idx, &m->fs);
-	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), r.fs);
-	if (!se)
-		goto out;	/* libfuse said why on stderr */
-	fs_set_session(r.fs, se);
 	if (fuse_set_signal_handlers(se) != 0)
-		goto out_destroy;
+		return 1;
 	if (fuse_session_mount(se, m->mountpoint) != 0)
 		goto out_handlers;
 	/* The parent returns here: the mount exists. */
@@ -445,9 +462,10 @@ static int serve(struct mount *m, struct index *idx)
 		log_error(LOG_LEVEL_ERR, error, "cannot start the S3 client");
 		goto out_unmount;
 	}
-	fs_set_s3(r.fs, s3);
+	fs_set_s3(fs, s3);
 	r.s3 = s3;
 	g_thread_unref(g_thread_new("bfs-sighup", reload_thread, &r));
+	g_thread_unref(g_thread_new("bfs-verify", verify_thread, &r));
 	if (m->index_max_age > 0)
 		g_thread_unref(g_thread_new("bfs-refresh", refresh_thread, &r));
 	log_msg(LOG_LEVEL_NOTICE, "mounted s3://%s/%s on %s (index %s)",
@@ -464,11 +482,6 @@ out_unmount:
 	fuse_session_unmount(se);
 out_handlers:
 	fuse_remove_signal_handlers(se);
-out_destroy:
-	fuse_session_destroy(se);
-out:
-	fs_free(r.fs);
-	fuse_opt_free_args(&args);
 	return rc;
 }
 
@@ -476,8 +489,12 @@ int main(int argc, char **argv)
 {
 	struct mount m = { 0 };
 	g_autoptr(GError) error = NULL;
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_session *se = NULL;
 	struct index *idx = NULL;
 	struct s3 *s3 = NULL;
+	struct fs *fs = NULL;
+	char *abs_mnt;
 	int rc = 1;
 
 	config_init(&m.cfg);
@@ -494,9 +511,24 @@ int main(int argc, char **argv)
 	if (m.cfg.rw_ignored)
 		log_msg(LOG_LEVEL_NOTICE, "option 'rw' ignored: bucketfs is "
 			"read-only, writes get EROFS");
+	/* libfuse works from "/" once mounted: no relative paths after. */
 	m.index_path = m.cfg.index_path ?
-			       g_strdup(m.cfg.index_path) :
+			       g_canonicalize_filename(m.cfg.index_path, NULL) :
 			       index_default_path(m.cfg.bucket, m.cfg.prefix);
+	abs_mnt = g_canonicalize_filename(m.mountpoint, NULL);
+	g_free(m.mountpoint);
+	m.mountpoint = g_steal_pointer(&abs_mnt);
+
+	/* FUSE judges its options now, before any listing. */
+	fs = fs_new(&m.fs);
+	args = fuse_args_for(&m);
+	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
+	if (!se) {
+		rc = 2;		/* libfuse said why on stderr */
+		goto out;
+	}
+	fs_set_session(fs, se);
+
 	/* A client now, for the listing and to fail early on bad
 	 * credentials; its threads die at the fork, so it goes first. */
 	s3 = s3_new(&m.cfg, &error);
@@ -511,9 +543,14 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	report_hidden(idx);
-	rc = serve(&m, idx);
+	fs_switch_index(fs, idx);
 	index_unref(idx);
+	rc = serve(&m, se, fs);
 out:
+	if (se)
+		fuse_session_destroy(se);
+	fs_free(fs);
+	fuse_opt_free_args(&args);
 	log_shutdown();
 	g_ptr_array_unref(m.fuse_opts);
 	g_free(m.mountpoint);

@@ -13,6 +13,7 @@
 #define ID_MASK ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
 #define BLOCK 4096
 #define PIB (G_GUINT64_CONSTANT(1) << 50)
+#define NEGATIVE_TIMEOUT 10.0
 
 /* An index and how many kernel lookups its nodes hold. */
 struct gen {
@@ -220,10 +221,12 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	if (!index_lookup(idx, dir, name, strlen(name), &child)) {
 		struct fuse_entry_param neg = {
-			.entry_timeout = fs->opts.entry_timeout,
+			.entry_timeout = MIN(fs->opts.entry_timeout,
+					     NEGATIVE_TIMEOUT),
 		};
 
-		/* A cached negative entry: the index won't grow the name. */
+		/* A cached negative entry, but not for long: a SIGHUP
+		 * refresh may bring the name. */
 		fuse_reply_entry(req, &neg);
 	} else {
 		reply_entry(req, fs, idx, child);
@@ -713,7 +716,7 @@ static struct gen *gen_new(struct fs *fs, struct index *idx)
 	return g;
 }
 
-struct fs *fs_new(struct index *idx, const struct fs_options *opts)
+struct fs *fs_new(const struct fs_options *opts)
 {
 	struct fs *fs = g_new0(struct fs, 1);
 
@@ -721,7 +724,6 @@ struct fs *fs_new(struct index *idx, const struct fs_options *opts)
 	g_mutex_init(&fs->lock);
 	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					 gen_free);
-	fs->current = gen_new(fs, idx);
 	return fs;
 }
 
@@ -752,7 +754,8 @@ void fs_switch_index(struct fs *fs, struct index *idx)
 	g_mutex_lock(&fs->lock);
 	old = fs->current;
 	fs->current = gen_new(fs, idx);
-	gen_maybe_drop(fs, old);
+	if (old)
+		gen_maybe_drop(fs, old);
 	g_mutex_unlock(&fs->lock);
 	/* The root's cached listing and attributes are stale now; other
 	 * nodes answer from the new index (see resolve()) and drop their

@@ -34,11 +34,12 @@ struct fs_options {
 };
 
 /*
- * A filesystem serving @idx (a reference is taken).  The S3 client is
- * attached later with fs_set_s3() (it starts threads, so it is made after
+ * A filesystem; it serves nothing until fs_switch_index() gives it an
+ * index, which must happen before the session loop runs.  The S3 client
+ * is attached with fs_set_s3() (it starts threads, so it is made after
  * daemonizing).  Main thread.
  */
-struct fs *fs_new(struct index *idx, const struct fs_options *opts);
+struct fs *fs_new(const struct fs_options *opts);
 
 /* Attaches @s3 (the fs takes ownership).  Before the session loop runs. */
 void fs_set_s3(struct fs *fs, struct s3 *s3);

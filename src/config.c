@@ -990,8 +990,9 @@ char *config_describe(const struct config *cfg)
 		g_string_append_printf(s, "%-17s %u\n", "max_connections:",
 				       cfg->max_connections);
 	else
-		g_string_append_printf(s, "%-17s from RLIMIT_NOFILE\n",
-				       "max_connections:");
+		g_string_append_printf(s, "%-17s %d (default)\n",
+				       "max_connections:",
+				       CONFIG_DEFAULT_MAX_CONNECTIONS);
 	g_string_append_printf(s, "%-17s %s\n", "mode:",
 			       cfg->read_only ? "read-only" : "read-write");
 	return g_string_free(s, FALSE);
@@ -1024,8 +1025,7 @@ static const char config_help[] =
 "    request_timeout=SECS  limit for one attempt, 0 = none, at most\n"
 "                          86400 (default 0)\n"
 "    max_attempts=N        attempts per request, 1..100 (default 10)\n"
-"    max_connections=N     connection limit, 1..1000000 (default: from\n"
-"                          RLIMIT_NOFILE)\n"
+"    max_connections=N     connection limit, 1..1000000 (default 64)\n"
 "    ro                    read-only (the default; rw, which mount(8)\n"
 "                          passes, is accepted and ignored: writes\n"
 "                          get EROFS)\n"

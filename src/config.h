@@ -49,6 +49,9 @@
 
 #include <glib.h>
 
+/* Connections when -o max_connections= is not given. */
+#define CONFIG_DEFAULT_MAX_CONNECTIONS 64
+
 enum addressing {
 	ADDRESSING_AUTO,    /* only before config_finish() */
 	ADDRESSING_PATH,    /* http://host/bucket/key */

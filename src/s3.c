@@ -767,7 +767,7 @@ struct s3 *s3_new(const struct config *cfg, GError **error)
 	o.request_timeout = cfg->request_timeout;
 	o.max_attempts = cfg->max_attempts;
 	o.max_connections = cfg->max_connections ? cfg->max_connections :
-						 S3_DEFAULT_MAX_CONNECTIONS;
+						 CONFIG_DEFAULT_MAX_CONNECTIONS;
 	s3->http = http_new(&o, error);
 	if (!s3->http)
 		goto fail;

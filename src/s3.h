@@ -32,9 +32,6 @@
 
 struct s3;
 
-/* Connections when -o max_connections= is not given. */
-#define S3_DEFAULT_MAX_CONNECTIONS 64
-
 /* What a response said about an object or the server.  Plain data. */
 struct s3_object_meta {
 	guint64 size;		/* the whole object's size */

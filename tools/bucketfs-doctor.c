@@ -22,6 +22,7 @@
 #include "config.h"
 #include "credentials.h"
 #include "error.h"
+#include "index.h"
 #include "log.h"
 #include "s3.h"
 #include "version.h"
@@ -363,7 +364,7 @@ static void check_fds(struct doctor *d)
 {
 	struct rlimit rl;
 	guint planned = d->cfg.max_connections ? d->cfg.max_connections :
-						 S3_DEFAULT_MAX_CONNECTIONS;
+						 CONFIG_DEFAULT_MAX_CONNECTIONS;
 	rlim_t need = planned + FD_RESERVE;
 	g_autofree char *detail = NULL;
 
@@ -418,6 +419,40 @@ static void check_fuse(struct doctor *d)
 	       "install the fuse3 package (it provides fusermount3)");
 }
 
+static void check_index(struct doctor *d)
+{
+	g_autofree char *path = d->cfg.index_path ?
+					g_strdup(d->cfg.index_path) :
+					index_default_path(d->cfg.bucket,
+							   d->cfg.prefix);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *detail = NULL;
+	struct index_stats s;
+	struct index *idx;
+
+	idx = index_open(path, d->cfg.bucket, d->cfg.prefix, &error);
+	if (!idx && error->code == ENOENT) {
+		detail = g_strdup_printf("none yet at %s: the first mount "
+					 "lists the bucket once", path);
+		report(d, TRUE, "", "index", detail, NULL);
+		return;
+	}
+	if (!idx) {
+		report(d, FALSE, "", "index", error->message,
+		       "bucketfs-index build (a mount also rebuilds a bad "
+		       "index by itself)");
+		return;
+	}
+	index_get_stats(idx, &s);
+	detail = g_strdup_printf("%s: %" G_GUINT64_FORMAT " keys, built %"
+				 G_GINT64_FORMAT " s ago",
+				 path, s.keys,
+				 g_get_real_time() / G_USEC_PER_SEC -
+					 s.created);
+	report(d, TRUE, "", "index", detail, NULL);
+	index_unref(idx);
+}
+
 /* -- main --------------------------------------------------------------- */
 
 static gboolean parse_args(struct doctor *d, int argc, char **argv,
@@ -427,7 +462,7 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 	gboolean version = FALSE;
 	GOptionEntry entries[] = {
 		{ "option", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &opts,
-		  "Mount options (see below); repeatable", "OPT[,OPT...]" },
+		  "S3 options (see below); repeatable", "OPT[,OPT...]" },
 		{ "verbose", 'v', 0, G_OPTION_ARG_NONE, verbose,
 		  "Log every request and retry to stderr", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
@@ -441,7 +476,8 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 	g_option_context_set_summary(
 		ctx, "Checks every endpoint (DNS, TCP, TLS, a signed "
 		     "ListObjectsV2, one GET, clock skew), the credentials, "
-		     "the descriptor limit and /dev/fuse, and names the cause "
+		     "the persisted index, the descriptor limit and "
+		     "/dev/fuse, and names the cause "
 		     "and the fix of each failure.  Exit status 0 when every "
 		     "check passes, 1 when one fails, 2 on bad usage.");
 	g_option_context_set_description(ctx, config_options_help());
@@ -502,6 +538,7 @@ int main(int argc, char **argv)
 		report(&d, FALSE, "", "client", error->message, NULL);
 	for (i = 0; d.s3 && s3_endpoints(d.s3)[i]; i++)
 		check_endpoint(&d, i, s3_endpoints(d.s3)[i]);
+	check_index(&d);
 	check_fds(&d);
 	check_fuse(&d);
 	if (d.failed)

@@ -180,7 +180,8 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 	}
 	if (workers < 0 || workers > 32) {
 		g_set_error(error, BFS_ERROR, EINVAL,
-			    "--workers: %d is not between 1 and 32", workers);
+			    "--workers: %d is not between 1 and 32 (0: the "
+			    "default)", workers);
 		return FALSE;
 	}
 	t->workers = (guint)workers;

@@ -3,7 +3,9 @@
 its cause and fix, and the exit status says whether all passed."""
 
 import os
+import shutil
 import socket
+import tempfile
 import sys
 import unittest
 
@@ -42,7 +44,7 @@ class DoctorTest(unittest.TestCase):
         self.assertEqual(rc, 0, out + err)
         for check in ("✓ credentials", "✓ DNS", "✓ TCP connect", "✓ HTTP",
                       "✓ ListObjectsV2", "✓ clock skew", "✓ GET",
-                      "✓ file descriptors", "✓ /dev/fuse"):
+                      "✓ index", "✓ file descriptors", "✓ /dev/fuse"):
             self.assertIn(check, out)
         self.assertIn("first key 'train/img_000_of_100.jpeg'", out)
         self.assertIn("4096 of 4096 bytes", out)
@@ -89,6 +91,28 @@ class DoctorTest(unittest.TestCase):
         self.assertIn("HTTP 403 SignatureDoesNotMatch", out)
         self.assertIn("fix: check the credentials", out)
         self.assertNotIn("not-the-secret", out)
+
+    def test_index(self):
+        tmp = tempfile.mkdtemp(prefix="bfs-doctor-")
+        idx = os.path.join(tmp, "i.idx")
+        try:
+            opts = f"endpoint={self.server.url},index={idx}"
+            rc, out, _ = self.doc("-o", opts, "s3://dset")
+            self.assertEqual(rc, 0, out)
+            self.assertIn(f"✓ index: none yet at {idx}", out)
+            r = harness.run([harness.binary("bucketfs-index"), "build", "-q",
+                             "-o", opts, "s3://dset"])
+            self.assertEqual(r.returncode, 0, r.stderr)
+            rc, out, _ = self.doc("-o", opts, "s3://dset")
+            self.assertIn(f"✓ index: {idx}: 100 keys, built ", out)
+            with open(idx, "r+b") as f:
+                f.truncate(100)
+            rc, out, _ = self.doc("-o", opts, "s3://dset")
+            self.assertEqual(rc, 1)
+            self.assertRegex(out, r"✗ index: index \S+: .*\n\s+fix: "
+                             r"bucketfs-index build")
+        finally:
+            shutil.rmtree(tmp)
 
     def test_missing_bucket(self):
         rc, out, _ = self.doc("-o", f"endpoint={self.server.url}",

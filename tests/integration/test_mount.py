@@ -341,6 +341,37 @@ class MountTest(unittest.TestCase):
         self.assertIn("index_max_age: now serving", m.output())
         self.unmount(m)
 
+    def test_relative_paths(self):
+        # libfuse works from "/" once mounted: relative paths must have
+        # been made absolute before, or unmount and SIGHUP would miss.
+        rel = os.path.relpath(self.tmp)
+        os.mkdir(os.path.join(self.tmp, "rel-mnt"))
+        log = open(os.path.join(self.tmp, "rel.log"), "wb")
+        p = subprocess.Popen(
+            [harness.binary("bucketfs"), "-f", "-o",
+             f"endpoint={self.server.url},index={rel}/rel.idx", "s3://syn",
+             f"{rel}/rel-mnt"], stdout=log, stderr=subprocess.STDOUT,
+            env=harness.client_env())
+        mnt = os.path.join(self.tmp, "rel-mnt")
+        try:
+            deadline = time.monotonic() + 30
+            while not os.path.ismount(mnt):
+                self.assertIsNone(p.poll())
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            p.send_signal(signal.SIGHUP)
+            time.sleep(0.3)
+            p.send_signal(signal.SIGTERM)
+            self.assertEqual(p.wait(30), 0)
+            self.assertFalse(os.path.ismount(mnt))
+            with open(log.name) as f:
+                out = f.read()
+            self.assertIn(f"SIGHUP: now serving {self.tmp}/rel.idx", out)
+        finally:
+            if os.path.ismount(mnt):
+                subprocess.run(["fusermount3", "-uz", mnt])
+            log.close()
+
     def test_sigterm_unmounts_cleanly(self):
         m = self.mount("s3://syn", self.index("syn-term"))
         m.proc.send_signal(signal.SIGTERM)
@@ -403,7 +434,10 @@ class MountTest(unittest.TestCase):
                  "max_attempts"),
                 (["-o", "entry_timeout=x", "s3://syn", "/tmp"],
                  "entry_timeout"),
-                (["--bogus", "s3://syn", "/tmp"], "unknown argument")]:
+                (["--bogus", "s3://syn", "/tmp"], "unknown argument"),
+                # FUSE's own options are judged before any listing.
+                (["-o", f"endpoint={self.server.url},bogus_opt",
+                  "s3://syn", "/tmp"], "unknown option")]:
             r = harness.run([harness.binary("bucketfs"), *args])
             self.assertEqual(r.returncode, 2, r.stderr)
             self.assertIn(text.encode(), r.stderr)
