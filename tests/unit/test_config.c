@@ -826,7 +826,7 @@ static void test_describe(struct fixture *f, gconstpointer data)
 			"stall_timeout:    30 s\n"
 			"request_timeout:  2.5 s\n"
 			"max_attempts:     3\n"
-			"max_connections:  from RLIMIT_NOFILE\n"
+			"max_connections:  64 (default)\n"
 			"mode:             read-only\n");
 	g_assert_null(strstr(text, "s3cr3t"));
 	g_assert_null(strstr(text, "t0k3n"));
