@@ -40,8 +40,8 @@ struct mount {
 	gboolean foreground;
 	gboolean debug;
 	guint list_workers;
-	double index_max_age;	/* seconds, 0 = never rebuild in the background */
-	GPtrArray *fuse_opts;	/* of char *: options FUSE itself takes */
+	double index_max_age; /* seconds, 0 = never rebuild in the background */
+	GPtrArray *fuse_opts; /* of char *: options FUSE itself takes */
 };
 
 /* clang-format off */
@@ -93,7 +93,8 @@ static gboolean parse_number(const char *name, const char *v, double max,
 	if (!*v || *end || d < 0 || d > max) {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "option '%s': '%s' is not a number between 0 and "
-			    "%.0f", name, v, max);
+			    "%.0f",
+			    name, v, max);
 		return FALSE;
 	}
 	*out = d;
@@ -125,7 +126,8 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 			g_clear_error(error);
 			g_set_error(error, BFS_ERROR, EINVAL,
 				    "option 'list_workers': '%s' is not an "
-				    "integer between 1 and 32", v);
+				    "integer between 1 and 32",
+				    v);
 			return FALSE;
 		}
 		m->list_workers = (guint)d;
@@ -139,7 +141,7 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 	    !strcmp(name, "nouser"))
 		return TRUE;
 	if (!strcmp(name, "default_permissions") || !strcmp(name, "ro"))
-		return TRUE;	/* always set */
+		return TRUE; /* always set */
 	g_ptr_array_add(m->fuse_opts, g_strdup(opt));
 	return TRUE;
 }
@@ -210,8 +212,9 @@ static void show_progress(const struct lister_progress *p, void *user)
 	const char *what = user;
 	double rate = p->elapsed > 0 ? p->keys / p->elapsed : 0;
 
-	fprintf(stderr, "\r%s: %" G_GUINT64_FORMAT " objects listed, %.0f/s, "
-			"%.1f s, %u range%s ",
+	fprintf(stderr,
+		"\r%s: %" G_GUINT64_FORMAT " objects listed, %.0f/s, "
+		"%.1f s, %u range%s ",
 		what, p->keys, rate, p->elapsed, p->ranges,
 		p->ranges == 1 ? "" : "s");
 	if (p->done)
@@ -223,8 +226,8 @@ static gboolean build_index(struct mount *m, struct s3 *s3,
 			    gboolean interactive, GError **error)
 {
 	g_autofree char *p = log_escape(m->cfg.prefix, -1);
-	g_autofree char *what = g_strdup_printf("listing s3://%s/%s",
-						m->cfg.bucket, p);
+	g_autofree char *what =
+		g_strdup_printf("listing s3://%s/%s", m->cfg.bucket, p);
 	struct lister_options o = { .workers = m->list_workers };
 	struct index_stats st;
 	gint64 t0 = g_get_monotonic_time();
@@ -259,9 +262,10 @@ static void report_hidden(struct index *idx)
 	log_msg(LOG_LEVEL_WARNING,
 		"%" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT " keys cannot be "
 		"shown as paths: %" G_GUINT64_FORMAT " with an empty component "
-		"('a//b'), %" G_GUINT64_FORMAT " with '.' or '..', %"
-		G_GUINT64_FORMAT " with a name over 255 bytes, %"
-		G_GUINT64_FORMAT " too deep, %" G_GUINT64_FORMAT " hidden by a "
+		"('a//b'), %" G_GUINT64_FORMAT
+		" with '.' or '..', %" G_GUINT64_FORMAT
+		" with a name over 255 bytes, %" G_GUINT64_FORMAT
+		" too deep, %" G_GUINT64_FORMAT " hidden by a "
 		"directory of the same name (see bucketfs(1), KEYS AND PATHS)",
 		hidden, s.keys, s.skipped_empty, s.skipped_dot, s.skipped_long,
 		s.skipped_deep, s.shadowed);
@@ -272,8 +276,7 @@ static void report_hidden(struct index *idx)
  * bucket and prefix; otherwise (missing, corrupt, truncated, another
  * version or bucket) the reason is logged and the index rebuilt.
  */
-static struct index *load_index(struct mount *m, struct s3 *s3,
-				GError **error)
+static struct index *load_index(struct mount *m, struct s3 *s3, GError **error)
 {
 	g_autoptr(GError) why = NULL;
 	struct index *idx;
@@ -282,15 +285,18 @@ static struct index *load_index(struct mount *m, struct s3 *s3,
 	if (idx)
 		return idx;
 	if (why->code == ENOENT)
-		log_msg(LOG_LEVEL_NOTICE, "no index at %s yet: listing the "
-			"bucket once", m->index_path);
+		log_msg(LOG_LEVEL_NOTICE,
+			"no index at %s yet: listing the "
+			"bucket once",
+			m->index_path);
 	else if (why->code == ELOOP || why->code == EACCES ||
 		 why->code == EINVAL) {
 		/* Not ours to replace: a symlink, a directory, no access. */
 		g_propagate_error(error, g_steal_pointer(&why));
 		return NULL;
 	} else
-		log_error(LOG_LEVEL_WARNING, why, "not serving the index; "
+		log_error(LOG_LEVEL_WARNING, why,
+			  "not serving the index; "
 			  "rebuilding it");
 	if (!build_index(m, s3, TRUE, error))
 		return NULL;
@@ -302,7 +308,7 @@ static struct index *load_index(struct mount *m, struct s3 *s3,
 struct reloader {
 	struct mount *m;
 	struct fs *fs;
-	struct s3 *s3;		/* borrowed from fs */
+	struct s3 *s3; /* borrowed from fs */
 };
 
 static void switch_to(struct reloader *r, const char *why)
@@ -343,7 +349,8 @@ static gpointer refresh_thread(gpointer data)
 		if (wait > 3600)
 			continue;
 		if (!build_index(r->m, r->s3, FALSE, &error)) {
-			log_error(LOG_LEVEL_ERR, error, "index_max_age: "
+			log_error(LOG_LEVEL_ERR, error,
+				  "index_max_age: "
 				  "background rebuild failed, still serving "
 				  "the old index");
 			g_usleep((gulong)MIN(max_age, 300) * G_USEC_PER_SEC);
@@ -424,7 +431,8 @@ static gpointer verify_thread(gpointer data)
 	g_autoptr(GError) error = NULL;
 
 	if (!index_verify(idx, &error)) {
-		log_error(LOG_LEVEL_ERR, error, "the index being served is "
+		log_error(LOG_LEVEL_ERR, error,
+			  "the index being served is "
 			  "corrupt; rebuilding it");
 		g_clear_error(&error);
 		if (build_index(r->m, r->s3, FALSE, &error))
@@ -510,11 +518,11 @@ int main(int argc, char **argv)
 	raise_nofile();
 	if (m.cfg.rw_ignored)
 		log_msg(LOG_LEVEL_NOTICE, "option 'rw' ignored: bucketfs is "
-			"read-only, writes get EROFS");
+					  "read-only, writes get EROFS");
 	/* libfuse works from "/" once mounted: no relative paths after. */
-	m.index_path = m.cfg.index_path ?
-			       g_canonicalize_filename(m.cfg.index_path, NULL) :
-			       index_default_path(m.cfg.bucket, m.cfg.prefix);
+	m.index_path = m.cfg.index_path
+			       ? g_canonicalize_filename(m.cfg.index_path, NULL)
+			       : index_default_path(m.cfg.bucket, m.cfg.prefix);
 	abs_mnt = g_canonicalize_filename(m.mountpoint, NULL);
 	g_free(m.mountpoint);
 	m.mountpoint = g_steal_pointer(&abs_mnt);
@@ -524,7 +532,7 @@ int main(int argc, char **argv)
 	args = fuse_args_for(&m);
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
 	if (!se) {
-		rc = 2;		/* libfuse said why on stderr */
+		rc = 2; /* libfuse said why on stderr */
 		goto out;
 	}
 	fs_set_session(fs, se);

@@ -9,28 +9,28 @@
 #include "log.h"
 #include "ops.h"
 
-#define GEN_SHIFT 40
-#define ID_MASK ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
-#define BLOCK 4096
-#define PIB (G_GUINT64_CONSTANT(1) << 50)
+#define GEN_SHIFT	 40
+#define ID_MASK		 ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
+#define BLOCK		 4096
+#define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
 
 /* An index and how many kernel lookups its nodes hold. */
 struct gen {
 	guint64 number;
 	struct index *idx;
-	guint64 lookups;	/* protected by fs->lock */
+	guint64 lookups; /* protected by fs->lock */
 };
 
 struct fs {
-	struct s3 *s3;		/* set before the loop, then immutable */
-	struct fuse_session *se;	/* likewise */
+	struct s3 *s3;		 /* set before the loop, then immutable */
+	struct fuse_session *se; /* likewise */
 	struct fs_options opts;
 
 	GMutex lock;
-	struct gen *current;	/* protected by lock */
-	GHashTable *gens;	/* protected by lock: number -> struct gen */
-	guint64 next_gen;	/* protected by lock */
+	struct gen *current; /* protected by lock */
+	GHashTable *gens;    /* protected by lock: number -> struct gen */
+	guint64 next_gen;    /* protected by lock */
 };
 
 /* An open file: what a read needs, copied out of the index. */
@@ -221,8 +221,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	if (!index_lookup(idx, dir, name, strlen(name), &child)) {
 		struct fuse_entry_param neg = {
-			.entry_timeout = MIN(fs->opts.entry_timeout,
-					     NEGATIVE_TIMEOUT),
+			.entry_timeout =
+				MIN(fs->opts.entry_timeout, NEGATIVE_TIMEOUT),
 		};
 
 		/* A cached negative entry, but not for long: a SIGHUP
@@ -323,13 +323,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		const char *name = off == 0 ? "." : "..";
 		size_t n;
 
-		e.attr.st_ino = dir_ino(idx, off == 0 ? dir :
-						       index_parent(idx, dir));
+		e.attr.st_ino =
+			dir_ino(idx, off == 0 ? dir : index_parent(idx, dir));
 		e.attr.st_mode = S_IFDIR;
 		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
-						  name, &e, off + 1) :
-			   fuse_add_direntry(req, buf + used, size - used,
-					     name, &e.attr, off + 1);
+						  name, &e, off + 1)
+			 : fuse_add_direntry(req, buf + used, size - used, name,
+					     &e.attr, off + 1);
 		if (n > size - used)
 			goto reply;
 		used += n;
@@ -370,8 +370,8 @@ reply:
 	index_unref(idx);
 }
 
-static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size,
-		       off_t off, struct fuse_file_info *fi)
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
 {
 	(void)fi;
 	readdir_common(req, ino, size, off, FALSE);
@@ -515,8 +515,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	index_get_stats(idx, &s);
 	/* Benchmark tools refuse a filesystem that looks too full for the
 	 * dataset: report free space of at least its size. */
-	free_bytes = fs->opts.free_space ? fs->opts.free_space :
-					   MAX(s.bytes, PIB);
+	free_bytes =
+		fs->opts.free_space ? fs->opts.free_space : MAX(s.bytes, PIB);
 	st.f_bsize = BLOCK;
 	st.f_frsize = BLOCK;
 	st.f_blocks = (s.bytes + free_bytes + BLOCK - 1) / BLOCK;
@@ -617,38 +617,37 @@ static void op_erofs_name(fuse_req_t req, fuse_ino_t parent, const char *name)
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_mkdir(fuse_req_t req, fuse_ino_t parent,
-			   const char *name, mode_t mode)
+static void op_erofs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+			   mode_t mode)
 {
 	(void)parent, (void)name, (void)mode;
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_create(fuse_req_t req, fuse_ino_t parent,
-			    const char *name, mode_t mode,
-			    struct fuse_file_info *fi)
+static void op_erofs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    mode_t mode, struct fuse_file_info *fi)
 {
 	(void)parent, (void)name, (void)mode, (void)fi;
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_mknod(fuse_req_t req, fuse_ino_t parent,
-			   const char *name, mode_t mode, dev_t rdev)
+static void op_erofs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+			   mode_t mode, dev_t rdev)
 {
 	(void)parent, (void)name, (void)mode, (void)rdev;
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_rename(fuse_req_t req, fuse_ino_t parent,
-			    const char *name, fuse_ino_t newparent,
-			    const char *newname, unsigned int flags)
+static void op_erofs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+			    fuse_ino_t newparent, const char *newname,
+			    unsigned int flags)
 {
 	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_link(fuse_req_t req, fuse_ino_t ino,
-			  fuse_ino_t newparent, const char *newname)
+static void op_erofs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+			  const char *newname)
 {
 	(void)ino, (void)newparent, (void)newname;
 	fuse_reply_err(req, EROFS);
@@ -661,9 +660,8 @@ static void op_erofs_symlink(fuse_req_t req, const char *link,
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_setxattr(fuse_req_t req, fuse_ino_t ino,
-			      const char *name, const char *value,
-			      size_t size, int flags)
+static void op_erofs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			      const char *value, size_t size, int flags)
 {
 	(void)ino, (void)name, (void)value, (void)size, (void)flags;
 	fuse_reply_err(req, EROFS);

@@ -29,8 +29,8 @@
 struct fs;
 
 struct fs_options {
-	double entry_timeout;	/* seconds the kernel may cache names/attrs */
-	guint64 free_space;	/* statfs free bytes; 0 = max(dataset, 1 PiB) */
+	double entry_timeout; /* seconds the kernel may cache names/attrs */
+	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
 };
 
 /*

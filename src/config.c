@@ -990,9 +990,9 @@ char *config_describe(const struct config *cfg)
 		g_string_append_printf(s, "%-17s %u\n", "max_connections:",
 				       cfg->max_connections);
 	else
-		g_string_append_printf(s, "%-17s %d (default)\n",
-				       "max_connections:",
-				       CONFIG_DEFAULT_MAX_CONNECTIONS);
+		g_string_append_printf(
+			s, "%-17s %d (default)\n",
+			"max_connections:", CONFIG_DEFAULT_MAX_CONNECTIONS);
 	g_string_append_printf(s, "%-17s %s\n", "mode:",
 			       cfg->read_only ? "read-only" : "read-write");
 	return g_string_free(s, FALSE);

@@ -3,7 +3,9 @@
 
 #include "error.h"
 
+/* clang-format off */
 G_DEFINE_QUARK(bucketfs-error-quark, bfs_error)
+/* clang-format on */
 
 int bfs_error_errno(const GError *error)
 {

@@ -19,8 +19,8 @@
 #include "version.h"
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
-#define MAX_POLL_MS 1000
-#define ERROR_BODY_LIMIT (64u << 10)
+#define MAX_POLL_MS	   1000
+#define ERROR_BODY_LIMIT   (64u << 10)
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -28,13 +28,13 @@ struct endpoint {
 	char *scheme;
 	char *host;
 	char *hostport;
-	guint inflight;		/* event thread */
+	guint inflight; /* event thread */
 };
 
 struct http {
 	CURLM *multi;
 	GThread *thread;
-	GPtrArray *endpoints;	/* of struct endpoint *, immutable */
+	GPtrArray *endpoints; /* of struct endpoint *, immutable */
 	char *ca_file;
 	char *user_agent;
 	double connect_timeout;
@@ -46,12 +46,12 @@ struct http {
 	guint max_connections;
 
 	GMutex lock;
-	GQueue incoming;	/* protected by lock */
-	gboolean stopping;	/* protected by lock */
+	GQueue incoming;   /* protected by lock */
+	gboolean stopping; /* protected by lock */
 
 	/* Event thread only. */
-	GQueue waiting;		/* requests in backoff, sorted by due_us */
-	GHashTable *running;	/* struct http_request * set */
+	GQueue waiting;	     /* requests in backoff, sorted by due_us */
+	GHashTable *running; /* struct http_request * set */
 	GRand *rand;
 };
 
@@ -67,8 +67,8 @@ struct http_request {
 	gsize body_limit;
 	gsize body_reserve;
 	GBytes *upload;
-	int pinned;		/* endpoint index or -1 */
-	guint max_attempts;	/* 0 = the engine's */
+	int pinned;	    /* endpoint index or -1 */
+	guint max_attempts; /* 0 = the engine's */
 
 	/* Event thread only, once submitted. */
 	guint attempt;
@@ -104,12 +104,14 @@ static struct endpoint *endpoint_parse(const char *url, guint index,
 	const char *hp, *end, *host_end;
 	struct endpoint *ep;
 
-	if (!sep || (strncmp(url, "http", sep - url) != 0 &&
-		     strncmp(url, "https", sep - url) != 0) ||
+	if (!sep ||
+	    (strncmp(url, "http", sep - url) != 0 &&
+	     strncmp(url, "https", sep - url) != 0) ||
 	    (sep - url != 4 && sep - url != 5)) {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "endpoint '%s': expected http://HOST[:PORT] or "
-			    "https://HOST[:PORT]", url);
+			    "https://HOST[:PORT]",
+			    url);
 		return NULL;
 	}
 	hp = sep + 3;
@@ -117,7 +119,8 @@ static struct endpoint *endpoint_parse(const char *url, guint index,
 	if (end == hp || (*end && strcmp(end, "/") != 0)) {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "endpoint '%s': expected http://HOST[:PORT] or "
-			    "https://HOST[:PORT] without a path", url);
+			    "https://HOST[:PORT] without a path",
+			    url);
 		return NULL;
 	}
 	if (*hp == '[') {
@@ -201,8 +204,7 @@ struct http_request *http_request_new(const char *method, const char *what,
 	return req;
 }
 
-void http_request_set_idempotent(struct http_request *req,
-				 gboolean idempotent)
+void http_request_set_idempotent(struct http_request *req, gboolean idempotent)
 {
 	req->idempotent = idempotent;
 }
@@ -276,9 +278,9 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		/* An error document only needs its head; never abort the
 		 * transfer for it, or the real status would be lost. */
 		if (req->body->len < ERROR_BODY_LIMIT)
-			g_byte_array_append(req->body, (const guint8 *)ptr,
-					    MIN(n, ERROR_BODY_LIMIT -
-							   req->body->len));
+			g_byte_array_append(
+				req->body, (const guint8 *)ptr,
+				MIN(n, ERROR_BODY_LIMIT - req->body->len));
 		return n;
 	}
 	if (req->body->len + n > req->body_limit) {
@@ -308,8 +310,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	while (end > v && (end[-1] == '\r' || end[-1] == '\n' ||
 			   end[-1] == ' ' || end[-1] == '\t'))
 		end--;
-	g_hash_table_replace(req->headers,
-			     g_ascii_strdown(buf, colon - buf),
+	g_hash_table_replace(req->headers, g_ascii_strdown(buf, colon - buf),
 			     g_strndup(v, end - v));
 	return n;
 }
@@ -333,9 +334,10 @@ static void fail_prefixed(struct http *http, struct http_request *req,
 	double elapsed = (g_get_monotonic_time() - req->start_us) / 1e6;
 
 	if (req->ep)
-		g_prefix_error(&error, "%s via %s (attempt %u/%u, %.1f s): ",
-			       req->what, req->ep->url, req->attempt,
-			       req->max_attempts, elapsed);
+		g_prefix_error(&error,
+			       "%s via %s (attempt %u/%u, %.1f s): ", req->what,
+			       req->ep->url, req->attempt, req->max_attempts,
+			       elapsed);
 	else
 		g_prefix_error(&error, "%s: ", req->what);
 	finish(http, req, resp, error);
@@ -404,8 +406,8 @@ static void attempt_start(struct http *http, struct http_request *req)
 		return;
 	}
 	req->body = g_byte_array_sized_new(req->body_reserve);
-	req->headers = g_hash_table_new_full(g_str_hash, g_str_equal, g_free,
-					     g_free);
+	req->headers =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	for (i = 0; i < headers->len; i++)
 		req->req_headers = curl_slist_append(
 			req->req_headers, g_ptr_array_index(headers, i));
@@ -460,7 +462,8 @@ static GError *transport_error(struct http_request *req, CURLcode rc)
 	if (req->overflow)
 		return g_error_new(BFS_ERROR, EPROTO,
 				   "response body exceeds the %" G_GSIZE_FORMAT
-				   " bytes expected", req->body_limit);
+				   " bytes expected",
+				   req->body_limit);
 	g_string_printf(msg, "curl %d (%s)", rc, curl_easy_strerror(rc));
 	if (req->errbuf[0])
 		g_string_append_printf(msg, ": %s", req->errbuf);
@@ -470,8 +473,9 @@ static GError *transport_error(struct http_request *req, CURLcode rc)
 				       g_strerror((int)os_errno));
 	if ((rc == CURLE_PEER_FAILED_VERIFICATION ||
 	     rc == CURLE_SSL_CONNECT_ERROR) &&
-	    curl_easy_getinfo(req->easy, CURLINFO_SSL_VERIFYRESULT,
-			      &verify) == CURLE_OK && verify != 0)
+	    curl_easy_getinfo(req->easy, CURLINFO_SSL_VERIFYRESULT, &verify) ==
+		    CURLE_OK &&
+	    verify != 0)
 		g_string_append_printf(msg, " [TLS verify result %ld: %s]",
 				       verify,
 				       X509_verify_cert_error_string(verify));
@@ -541,14 +545,14 @@ static void attempt_done(struct http *http, struct http_request *req,
 	resp.elapsed = (g_get_monotonic_time() - req->start_us) / 1e6;
 	if (rc != CURLE_OK) {
 		error = transport_error(req, rc);
-		verdict = curl_code_is_transient(rc) && !req->overflow ?
-				  HTTP_VERDICT_RETRY :
-				  HTTP_VERDICT_FAIL;
+		verdict = curl_code_is_transient(rc) && !req->overflow
+				  ? HTTP_VERDICT_RETRY
+				  : HTTP_VERDICT_FAIL;
 	} else {
 		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE,
 				  &resp.status);
-		verdict = req->judge ? req->judge(&resp, req->data, &error) :
-				       default_judge(&resp, &error);
+		verdict = req->judge ? req->judge(&resp, req->data, &error)
+				     : default_judge(&resp, &error);
 	}
 	if (verdict == HTTP_VERDICT_DONE) {
 		g_clear_error(&error);
@@ -710,14 +714,13 @@ struct http *http_new(const struct http_options *opts, GError **error)
 		g_ptr_array_add(http->endpoints, ep);
 	}
 	http->ca_file = g_strdup(opts->ca_file);
-	http->user_agent = g_strdup(opts->user_agent ?
-					    opts->user_agent :
-					    "bucketfs/" BUCKETFS_VERSION);
-	http->connect_timeout = opts->connect_timeout > 0 ?
-					opts->connect_timeout :
-					10;
-	http->stall_timeout = opts->stall_timeout > 0 ? opts->stall_timeout :
-							30;
+	http->user_agent =
+		g_strdup(opts->user_agent ? opts->user_agent
+					  : "bucketfs/" BUCKETFS_VERSION);
+	http->connect_timeout =
+		opts->connect_timeout > 0 ? opts->connect_timeout : 10;
+	http->stall_timeout =
+		opts->stall_timeout > 0 ? opts->stall_timeout : 30;
 	http->request_timeout = opts->request_timeout;
 	http->backoff_base = opts->backoff_base > 0 ? opts->backoff_base : 0.1;
 	http->backoff_max = opts->backoff_max > 0 ? opts->backoff_max : 20;

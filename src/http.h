@@ -38,25 +38,26 @@ struct http;
 struct http_request;
 
 struct http_options {
-	const char *const *endpoints;	/* NULL-terminated "scheme://host[:port]" */
-	const char *ca_file;		/* NULL = system store */
-	double connect_timeout;		/* seconds */
-	double stall_timeout;		/* seconds without a byte moving */
-	double request_timeout;		/* seconds per attempt, 0 = none */
-	guint max_attempts;		/* >= 1 */
-	guint max_connections;		/* >= 1: sockets the engine may hold */
-	double backoff_base;		/* seconds, first retry's cap (0 = 0.1) */
-	double backoff_max;		/* seconds, cap of any one wait (0 = 20) */
-	const char *user_agent;		/* NULL = "bucketfs/VERSION" */
+	const char *const
+		*endpoints;	/* NULL-terminated "scheme://host[:port]" */
+	const char *ca_file;	/* NULL = system store */
+	double connect_timeout; /* seconds */
+	double stall_timeout;	/* seconds without a byte moving */
+	double request_timeout; /* seconds per attempt, 0 = none */
+	guint max_attempts;	/* >= 1 */
+	guint max_connections;	/* >= 1: sockets the engine may hold */
+	double backoff_base;	/* seconds, first retry's cap (0 = 0.1) */
+	double backoff_max;	/* seconds, cap of any one wait (0 = 20) */
+	const char *user_agent; /* NULL = "bucketfs/VERSION" */
 };
 
 /* An endpoint as prepare() sees it. Borrowed for the duration of the call. */
 struct http_endpoint {
-	const char *url;	/* "http://127.0.0.1:9000" */
-	const char *scheme;	/* "http" or "https" */
-	const char *host;	/* "127.0.0.1", "[::1]", "s3.example.com" */
-	const char *hostport;	/* the Host header: host, plus ":port" if any */
-	guint index;		/* position in http_options.endpoints */
+	const char *url;      /* "http://127.0.0.1:9000" */
+	const char *scheme;   /* "http" or "https" */
+	const char *host;     /* "127.0.0.1", "[::1]", "s3.example.com" */
+	const char *hostport; /* the Host header: host, plus ":port" if any */
+	guint index;	      /* position in http_options.endpoints */
 };
 
 /*
@@ -64,13 +65,13 @@ struct http_endpoint {
  * duration of the call.  done() may steal @body (g_steal_pointer).
  */
 struct http_response {
-	long status;			/* 0 when no response arrived */
-	GByteArray *body;		/* never NULL while a callback runs */
+	long status;	  /* 0 when no response arrived */
+	GByteArray *body; /* never NULL while a callback runs */
 	const struct http_endpoint *endpoint;
-	guint attempt;			/* 1-based */
+	guint attempt; /* 1-based */
 	guint max_attempts;
-	double elapsed;			/* seconds since the first attempt */
-	GHashTable *headers;		/* lowercase name -> last value */
+	double elapsed;	     /* seconds since the first attempt */
+	GHashTable *headers; /* lowercase name -> last value */
 };
 
 /* The value of response header @name (lowercase), or NULL.  Borrowed. */
@@ -78,9 +79,9 @@ const char *http_response_header(const struct http_response *resp,
 				 const char *name);
 
 enum http_verdict {
-	HTTP_VERDICT_DONE,	/* the response is what the caller wanted */
-	HTTP_VERDICT_RETRY,	/* transient: try again if attempts remain */
-	HTTP_VERDICT_FAIL,	/* final: report the error set by judge() */
+	HTTP_VERDICT_DONE,  /* the response is what the caller wanted */
+	HTTP_VERDICT_RETRY, /* transient: try again if attempts remain */
+	HTTP_VERDICT_FAIL,  /* final: report the error set by judge() */
 };
 
 /*
@@ -143,8 +144,7 @@ struct http_request *http_request_new(const char *method, const char *what,
 				      void *data, GDestroyNotify data_free);
 
 /* Whether failures may be retried; TRUE by default for GET and HEAD. */
-void http_request_set_idempotent(struct http_request *req,
-				 gboolean idempotent);
+void http_request_set_idempotent(struct http_request *req, gboolean idempotent);
 
 /*
  * Bounds the response body: more than @limit bytes fails the attempt

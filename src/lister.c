@@ -20,16 +20,16 @@
 #include "lister.h"
 #include "log.h"
 
-#define MAX_WORKERS 32
+#define MAX_WORKERS	 32
 #define PROBES_PER_SPLIT 24
-#define TICK_US (500 * 1000)
+#define TICK_US		 (500 * 1000)
 
 struct range {
-	char *after;		/* exclusive start, NULL = the prefix's start */
-	char *upto;		/* inclusive end, NULL = the prefix's end */
-	FILE *spool;		/* records of the keys found (unlinked file) */
-	gboolean done;		/* protected by job->lock */
-	GError *error;		/* protected by job->lock */
+	char *after;   /* exclusive start, NULL = the prefix's start */
+	char *upto;    /* inclusive end, NULL = the prefix's end */
+	FILE *spool;   /* records of the keys found (unlinked file) */
+	gboolean done; /* protected by job->lock */
+	GError *error; /* protected by job->lock */
 };
 
 struct job {
@@ -37,14 +37,14 @@ struct job {
 	const char *prefix;
 	char *spool_dir;
 	guint page_size;
-	GPtrArray *ranges;	/* of struct range *, fixed once workers run */
+	GPtrArray *ranges; /* of struct range *, fixed once workers run */
 
 	GMutex lock;
 	GCond cond;
-	guint next;		/* protected by lock: next range to list */
-	gboolean failed;	/* protected by lock */
-	gsize keys;		/* atomic */
-	gint pages;		/* atomic */
+	guint next;	 /* protected by lock: next range to list */
+	gboolean failed; /* protected by lock */
+	gsize keys;	 /* atomic */
+	gint pages;	 /* atomic */
 };
 
 static void range_free(void *p)
@@ -77,8 +77,8 @@ static FILE *spool_open(const char *dir, GError **error)
 	if (fd < 0) {
 		int e = errno;
 
-		g_set_error(error, BFS_ERROR, e,
-			    "temporary file in %s: %s", dir, g_strerror(e));
+		g_set_error(error, BFS_ERROR, e, "temporary file in %s: %s",
+			    dir, g_strerror(e));
 		return NULL;
 	}
 	f = fdopen(fd, "w+");
@@ -106,8 +106,8 @@ static gboolean spool_put(FILE *f, const struct s3_object *o)
 }
 
 /* Reads one record; FALSE at the end.  Strings are reused buffers. */
-static gboolean spool_get(FILE *f, GString *key, guint64 *size,
-			  gint64 *mtime, GString *etag)
+static gboolean spool_get(FILE *f, GString *key, guint64 *size, gint64 *mtime,
+			  GString *etag)
 {
 	guint32 kl, el;
 
@@ -224,7 +224,7 @@ static gboolean split_ranges(struct job *job, guint want, GError **error)
 		if (!cut) {
 			if (error && *error)
 				return FALSE;
-			i++;	/* this one stays whole; try the next */
+			i++; /* this one stays whole; try the next */
 			continue;
 		}
 		g_ptr_array_insert(job->ranges, i + 1, range_new(cut, r->upto));
@@ -321,8 +321,8 @@ static gpointer worker(gpointer data)
 
 /* -- feeding the writer ------------------------------------------------- */
 
-static void report(struct job *job, const struct lister_options *o,
-		   gint64 t0, gboolean done)
+static void report(struct job *job, const struct lister_options *o, gint64 t0,
+		   gboolean done)
 {
 	struct lister_progress p = {
 		.keys = (guint64)g_atomic_pointer_get(&job->keys),

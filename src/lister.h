@@ -20,24 +20,23 @@
 #include "s3.h"
 
 struct lister_progress {
-	guint64 keys;		/* listed so far */
-	guint64 pages;		/* ListObjectsV2 pages so far */
-	guint ranges;		/* ranges listed in parallel */
-	double elapsed;		/* seconds */
-	gboolean done;		/* the final call */
+	guint64 keys;	/* listed so far */
+	guint64 pages;	/* ListObjectsV2 pages so far */
+	guint ranges;	/* ranges listed in parallel */
+	double elapsed; /* seconds */
+	gboolean done;	/* the final call */
 };
 
 /*
  * Called about twice a second and once at the end, on the thread that
  * called lister_build().
  */
-typedef void (*lister_progress_fn)(const struct lister_progress *p,
-				   void *user);
+typedef void (*lister_progress_fn)(const struct lister_progress *p, void *user);
 
 struct lister_options {
-	guint workers;		/* parallel listings; 0 = 4 x endpoints, <= 32 */
-	guint page_size;	/* max-keys; 0 = 1000 */
-	lister_progress_fn progress;	/* may be NULL */
+	guint workers;	 /* parallel listings; 0 = 4 x endpoints, <= 32 */
+	guint page_size; /* max-keys; 0 = 1000 */
+	lister_progress_fn progress; /* may be NULL */
 	void *user;
 };
 

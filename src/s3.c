@@ -23,8 +23,8 @@ struct s3 {
 	char *bucket;
 	char *region;
 	gboolean virtual_hosted;
-	char **endpoints;		/* NULL-terminated, immutable */
-	struct credentials *creds;	/* immutable after s3_new() */
+	char **endpoints;	   /* NULL-terminated, immutable */
+	struct credentials *creds; /* immutable after s3_new() */
 };
 
 enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PING };
@@ -36,26 +36,26 @@ enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PING };
 struct call {
 	struct s3 *s3;
 	enum call_kind kind;
-	char *key;		/* NULL for bucket-level calls */
-	char *query;		/* encoded, or NULL */
+	char *key;		 /* NULL for bucket-level calls */
+	char *query;		 /* encoded, or NULL */
 	GPtrArray *sign_headers; /* "Name: value", signed and sent */
 	guint64 offset;
 	guint64 length;
 	gboolean ranged;
 	char *if_match;
 	struct s3_object_meta meta;
-	struct s3_list_page *page;	/* CALL_LIST result */
+	struct s3_list_page *page; /* CALL_LIST result */
 
-	s3_get_done_fn get_done;	/* async GET */
+	s3_get_done_fn get_done; /* async GET */
 	void *user;
-	struct sync *sync;		/* blocking calls */
+	struct sync *sync; /* blocking calls */
 };
 
 /* A blocking caller waits here for the event thread. */
 struct sync {
 	GMutex lock;
 	GCond cond;
-	gboolean finished;	/* protected by lock */
+	gboolean finished; /* protected by lock */
 	GBytes *data;
 	struct s3_object_meta meta;
 	struct s3_list_page *page;
@@ -148,9 +148,8 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 	if (call->query)
 		g_string_append_printf(url, "?%s", call->query);
 	for (i = 0; i < call->sign_headers->len; i++)
-		g_ptr_array_add(headers,
-				g_strdup(g_ptr_array_index(call->sign_headers,
-							   i)));
+		g_ptr_array_add(headers, g_strdup(g_ptr_array_index(
+						 call->sign_headers, i)));
 	if (s3->creds->anonymous)
 		return TRUE;
 	g_ptr_array_add(call->sign_headers, NULL);
@@ -166,8 +165,8 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 			.path = path->str,
 			.query = call->query,
 			.payload_sha256 = NULL,
-			.headers = (const char *const *)call->sign_headers
-					   ->pdata,
+			.headers =
+				(const char *const *)call->sign_headers->pdata,
 			.region = s3->region,
 			.service = "s3",
 			.unix_time = now,
@@ -192,8 +191,8 @@ static void meta_from_response(struct s3_object_meta *meta,
 	s3_object_meta_clear(meta);
 	meta->status = resp->status;
 	meta->endpoint = g_strdup(resp->endpoint->url);
-	meta->request_id = g_strdup(http_response_header(resp,
-							 "x-amz-request-id"));
+	meta->request_id =
+		g_strdup(http_response_header(resp, "x-amz-request-id"));
 	v = http_response_header(resp, "etag");
 	if (v) {
 		gsize n = strlen(v);
@@ -264,12 +263,15 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
 	if (!region)
 		region = http_response_header(resp, "x-amz-bucket-region");
 	if (info->endpoint)
-		g_string_append_printf(msg, " [the bucket must be addressed "
+		g_string_append_printf(msg,
+				       " [the bucket must be addressed "
 				       "through endpoint '%s']",
 				       info->endpoint);
 	if (region)
-		g_string_append_printf(msg, " [the bucket is in region '%s'; "
-				       "use -o region=%s]", region, region);
+		g_string_append_printf(msg,
+				       " [the bucket is in region '%s'; "
+				       "use -o region=%s]",
+				       region, region);
 	if (resp->status >= 300 && resp->status < 400) {
 		const char *loc = http_response_header(resp, "location");
 
@@ -291,9 +293,8 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
  * "HTTP 503 SlowDown: Please reduce your request rate. (RequestId: X)".
  * HEAD responses have no body, so for them the status alone must speak.
  */
-static enum http_verdict judge_error(struct call *call,
-				     const struct http_response *resp,
-				     GError **error)
+static enum http_verdict
+judge_error(struct call *call, const struct http_response *resp, GError **error)
 {
 	struct s3_error_info info = { 0 };
 	g_autoptr(GString) msg = g_string_new(NULL);
@@ -308,8 +309,10 @@ static enum http_verdict judge_error(struct call *call,
 		parsed = s3_xml_parse_error((const char *)resp->body->data,
 					    resp->body->len, &info, &perr);
 		if (!parsed)
-			g_string_append_printf(msg, " (error body unreadable: "
-					       "%s)", perr->message);
+			g_string_append_printf(msg,
+					       " (error body unreadable: "
+					       "%s)",
+					       perr->message);
 	}
 	if (parsed) {
 		g_string_append_printf(msg, " %s", info.code ? info.code : "");
@@ -320,9 +323,10 @@ static enum http_verdict judge_error(struct call *call,
 	} else if (resp->status == 404) {
 		g_string_append(msg, " Not Found (no such key or bucket)");
 	} else if (resp->status == 403) {
-		g_string_append(msg, " Forbidden (access denied, unknown "
-			       "access key or bad signature; a HEAD response "
-			       "carries no reason: bucketfs-doctor shows it)");
+		g_string_append(msg,
+				" Forbidden (access denied, unknown "
+				"access key or bad signature; a HEAD response "
+				"carries no reason: bucketfs-doctor shows it)");
 	} else if (resp->status == 412) {
 		g_string_append(msg, " Precondition Failed");
 	}
@@ -332,8 +336,8 @@ static enum http_verdict judge_error(struct call *call,
 	code = errno_for(resp->status, info.code);
 	g_set_error_literal(error, BFS_ERROR, code, msg->str);
 	{
-		gboolean transient = status_is_transient(resp->status,
-							 info.code);
+		gboolean transient =
+			status_is_transient(resp->status, info.code);
 
 		s3_error_info_clear(&info);
 		return transient ? HTTP_VERDICT_RETRY : HTTP_VERDICT_FAIL;
@@ -386,18 +390,22 @@ static enum http_verdict judge_get_body(struct call *call,
 	guint64 first, last, total, len = resp->body->len;
 
 	if (cl && g_ascii_strtoull(cl, NULL, 10) != len)
-		return bad_response(error, "Content-Length %s but %" PRIu64
-				    " body bytes arrived", cl, len);
+		return bad_response(error,
+				    "Content-Length %s but %" PRIu64
+				    " body bytes arrived",
+				    cl, len);
 	if (!call->ranged) {
 		if (resp->status != 200)
-			return bad_response(error, "HTTP %ld to a whole-object "
+			return bad_response(error,
+					    "HTTP %ld to a whole-object "
 					    "GET (expected 200)",
 					    resp->status);
 		call->meta.size = len;
 		return HTTP_VERDICT_DONE;
 	}
 	if (resp->status != 206)
-		return bad_response(error, "HTTP %ld to GET with Range "
+		return bad_response(error,
+				    "HTTP %ld to GET with Range "
 				    "bytes=%" PRIu64 "-%s (expected 206: "
 				    "the server ignored the Range)",
 				    resp->status, call->offset,
@@ -406,16 +414,19 @@ static enum http_verdict judge_get_body(struct call *call,
 		return bad_response(error, "206 with %s Content-Range '%s'",
 				    cr ? "malformed" : "no", cr ? cr : "");
 	if (first != call->offset ||
-	    (call->length && last != MIN(call->offset + call->length,
-					 total) - 1) ||
+	    (call->length &&
+	     last != MIN(call->offset + call->length, total) - 1) ||
 	    (!call->length && last != total - 1))
-		return bad_response(error, "Content-Range '%s' does not match "
+		return bad_response(error,
+				    "Content-Range '%s' does not match "
 				    "the requested range starting at %" PRIu64
-				    " for %" PRIu64 " bytes", cr, call->offset,
-				    call->length);
+				    " for %" PRIu64 " bytes",
+				    cr, call->offset, call->length);
 	if (last - first + 1 != len)
-		return bad_response(error, "Content-Range '%s' but %" PRIu64
-				    " body bytes arrived", cr, len);
+		return bad_response(error,
+				    "Content-Range '%s' but %" PRIu64
+				    " body bytes arrived",
+				    cr, len);
 	call->meta.size = total;
 	return HTTP_VERDICT_DONE;
 }
@@ -552,13 +563,12 @@ static struct http_request *get_request(struct s3 *s3, const char *key,
 	call->ranged = call->offset > 0 || call->length > 0;
 	if (call->ranged) {
 		if (call->length)
-			g_ptr_array_add(call->sign_headers,
-					g_strdup_printf("Range: bytes=%" PRIu64
-							"-%" PRIu64,
-							call->offset,
-							call->offset +
-								call->length -
-								1));
+			g_ptr_array_add(
+				call->sign_headers,
+				g_strdup_printf(
+					"Range: bytes=%" PRIu64 "-%" PRIu64,
+					call->offset,
+					call->offset + call->length - 1));
 		else
 			g_ptr_array_add(call->sign_headers,
 					g_strdup_printf("Range: bytes=%" PRIu64
@@ -567,9 +577,9 @@ static struct http_request *get_request(struct s3 *s3, const char *key,
 	}
 	if (args && args->if_match) {
 		call->if_match = g_strdup(args->if_match);
-		g_ptr_array_add(call->sign_headers,
-				g_strdup_printf("If-Match: \"%s\"",
-						args->if_match));
+		g_ptr_array_add(
+			call->sign_headers,
+			g_strdup_printf("If-Match: \"%s\"", args->if_match));
 	}
 	what = describe(s3, "GET", key);
 	req = request_for(call, what, args ? args->endpoint : -1);
@@ -591,9 +601,8 @@ void s3_get_async(struct s3 *s3, const char *key,
 	http_submit(s3->http, req);
 }
 
-GBytes *s3_get(struct s3 *s3, const char *key,
-	       const struct s3_get_args *args, struct s3_object_meta *meta,
-	       GError **error)
+GBytes *s3_get(struct s3 *s3, const char *key, const struct s3_get_args *args,
+	       struct s3_object_meta *meta, GError **error)
 {
 	struct sync sync = { 0 };
 	struct call *call;
@@ -685,9 +694,8 @@ gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
 		     s3_list_fn fn, void *user, GError **error)
 {
 	struct s3_list_args a = *args;
-	g_autoptr(GHashTable) seen = g_hash_table_new_full(g_str_hash,
-							   g_str_equal,
-							   g_free, NULL);
+	g_autoptr(GHashTable) seen =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_autofree char *token = g_strdup(args->continuation_token);
 	g_autofree char *p = log_escape(args->prefix ? args->prefix : "", -1);
 	guint pages = 0;
@@ -714,10 +722,10 @@ gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
 				    s3->bucket, p, pages);
 			return FALSE;
 		}
-		if (!g_hash_table_add(seen,
-				      g_strdup(page->next_continuation_token))) {
-			g_autofree char *t = log_escape(
-				page->next_continuation_token, -1);
+		if (!g_hash_table_add(
+			    seen, g_strdup(page->next_continuation_token))) {
+			g_autofree char *t =
+				log_escape(page->next_continuation_token, -1);
 
 			g_set_error(error, BFS_ERROR, EPROTO,
 				    "listing s3://%s/%s, page %u: continuation "
@@ -753,7 +761,8 @@ struct s3 *s3_new(const struct config *cfg, GError **error)
 			g_set_error(error, BFS_ERROR, EINVAL,
 				    "endpoint '%s': virtual-hosted addressing "
 				    "needs a host name, not an IP literal; use "
-				    "-o addressing=path", ep);
+				    "-o addressing=path",
+				    ep);
 			goto fail;
 		}
 	}
@@ -766,8 +775,9 @@ struct s3 *s3_new(const struct config *cfg, GError **error)
 	o.stall_timeout = cfg->stall_timeout;
 	o.request_timeout = cfg->request_timeout;
 	o.max_attempts = cfg->max_attempts;
-	o.max_connections = cfg->max_connections ? cfg->max_connections :
-						 CONFIG_DEFAULT_MAX_CONNECTIONS;
+	o.max_connections = cfg->max_connections
+				    ? cfg->max_connections
+				    : CONFIG_DEFAULT_MAX_CONNECTIONS;
 	s3->http = http_new(&o, error);
 	if (!s3->http)
 		goto fail;

@@ -34,13 +34,13 @@ struct s3;
 
 /* What a response said about an object or the server.  Plain data. */
 struct s3_object_meta {
-	guint64 size;		/* the whole object's size */
-	gint64 mtime;		/* Last-Modified, seconds since epoch, or 0 */
-	char *etag;		/* without quotes, NULL if absent */
-	char *request_id;	/* x-amz-request-id, NULL if absent */
-	gint64 server_date;	/* the Date header, seconds, or 0 */
-	long status;		/* HTTP status of the final response */
-	char *endpoint;		/* URL of the endpoint that answered */
+	guint64 size;	    /* the whole object's size */
+	gint64 mtime;	    /* Last-Modified, seconds since epoch, or 0 */
+	char *etag;	    /* without quotes, NULL if absent */
+	char *request_id;   /* x-amz-request-id, NULL if absent */
+	gint64 server_date; /* the Date header, seconds, or 0 */
+	long status;	    /* HTTP status of the final response */
+	char *endpoint;	    /* URL of the endpoint that answered */
 };
 
 void s3_object_meta_clear(struct s3_object_meta *meta);
@@ -64,10 +64,10 @@ const char *s3_credentials_source(const struct s3 *s3);
 const char *const *s3_endpoints(const struct s3 *s3);
 
 struct s3_get_args {
-	guint64 offset;		/* first byte */
-	guint64 length;		/* bytes wanted; 0 = to the end */
-	const char *if_match;	/* ETag (unquoted) the object must have */
-	int endpoint;		/* index to pin every attempt to, or -1 */
+	guint64 offset;	      /* first byte */
+	guint64 length;	      /* bytes wanted; 0 = to the end */
+	const char *if_match; /* ETag (unquoted) the object must have */
+	int endpoint;	      /* index to pin every attempt to, or -1 */
 };
 
 /*
@@ -76,8 +76,7 @@ struct s3_get_args {
  * at the end of the object) and @error is NULL; on failure @data is NULL.
  * @data and @meta are borrowed for the call; take a ref to keep @data.
  */
-typedef void (*s3_get_done_fn)(GBytes *data,
-			       const struct s3_object_meta *meta,
+typedef void (*s3_get_done_fn)(GBytes *data, const struct s3_object_meta *meta,
 			       const GError *error, void *user);
 
 /* Starts a GET of @key (copied).  Any thread; returns at once. */
@@ -90,22 +89,21 @@ void s3_get_async(struct s3 *s3, const char *key,
  * if not NULL (clear it with s3_object_meta_clear()).  Any thread except
  * the HTTP event thread.
  */
-GBytes *s3_get(struct s3 *s3, const char *key,
-	       const struct s3_get_args *args, struct s3_object_meta *meta,
-	       GError **error);
+GBytes *s3_get(struct s3 *s3, const char *key, const struct s3_get_args *args,
+	       struct s3_object_meta *meta, GError **error);
 
 /* Blocking HEAD of @key; @endpoint pins it (-1: any).  Fills @meta. */
 gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
 		 struct s3_object_meta *meta, GError **error);
 
 struct s3_list_args {
-	const char *prefix;		/* NULL = whole bucket */
-	const char *delimiter;		/* NULL = none */
+	const char *prefix;    /* NULL = whole bucket */
+	const char *delimiter; /* NULL = none */
 	const char *continuation_token;
 	const char *start_after;
-	guint max_keys;			/* 0 = server default (1000) */
-	gboolean no_url_encoding;	/* don't send encoding-type=url */
-	int endpoint;			/* pin, or -1 */
+	guint max_keys;		  /* 0 = server default (1000) */
+	gboolean no_url_encoding; /* don't send encoding-type=url */
+	int endpoint;		  /* pin, or -1 */
 };
 
 /*
@@ -135,7 +133,6 @@ gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
  * HTTP work.  Any HTTP status counts as success and is stored in
  * @status.  One attempt only.  Blocking.
  */
-gboolean s3_ping(struct s3 *s3, int endpoint, long *status,
-		 GError **error);
+gboolean s3_ping(struct s3 *s3, int endpoint, long *status, GError **error);
 
 #endif

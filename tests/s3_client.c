@@ -5,9 +5,10 @@
  *
  *   s3-client [-o OPTS]... get s3://BUCKET/KEY [OFFSET [LENGTH [ETAG]]]
  *   s3-client [-o OPTS]... head s3://BUCKET/KEY
- *   s3-client [-o OPTS]... list s3://BUCKET[/PREFIX] [DELIM [MAXKEYS [START_AFTER [TOKEN]]]]
- *   s3-client [-o OPTS]... listall s3://BUCKET[/PREFIX] [DELIM [MAXKEYS]]
- *   s3-client [-o OPTS]... parallel-get s3://BUCKET N KEY...   (N in flight)
+ *   s3-client [-o OPTS]... list s3://BUCKET[/PREFIX] [DELIM [MAXKEYS
+ * [START_AFTER [TOKEN]]]] s3-client [-o OPTS]... listall s3://BUCKET[/PREFIX]
+ * [DELIM [MAXKEYS]] s3-client [-o OPTS]... parallel-get s3://BUCKET N KEY... (N
+ * in flight)
  *
  * get writes the bytes to stdout and "size=... etag=..." to stderr.  Keys in
  * list output are hex, so any byte survives:  "obj HEXKEY SIZE ETAG MTIME",
@@ -56,16 +57,16 @@ static void print_page(const struct s3_list_page *page)
 		       o->size, o->etag ? o->etag : "-", o->mtime);
 	}
 	for (i = 0; i < page->common_prefixes->len; i++) {
-		print_hex("prefix", g_ptr_array_index(page->common_prefixes, i));
+		print_hex("prefix",
+			  g_ptr_array_index(page->common_prefixes, i));
 		printf("\n");
 	}
 	printf("page %d %s\n", page->is_truncated,
-	       page->next_continuation_token ? page->next_continuation_token :
-					       "-");
+	       page->next_continuation_token ? page->next_continuation_token
+					     : "-");
 }
 
-static gboolean on_page(struct s3_list_page *page, void *user,
-			GError **error)
+static gboolean on_page(struct s3_list_page *page, void *user, GError **error)
 {
 	(void)user;
 	(void)error;
@@ -116,9 +117,9 @@ static int do_get(struct s3 *s3, const char *key, int argc, char **argv)
 struct par {
 	GMutex lock;
 	GCond cond;
-	guint left;	/* protected by lock */
-	guint failed;	/* protected by lock */
-	guint64 bytes;	/* protected by lock */
+	guint left;    /* protected by lock */
+	guint failed;  /* protected by lock */
+	guint64 bytes; /* protected by lock */
 };
 
 static void par_done(GBytes *data, const struct s3_object_meta *meta,
@@ -186,9 +187,9 @@ static int run(struct s3 *s3, const char *verb, const char *key, int argc,
 
 		if (!s3_head(s3, key, -1, &meta, &error))
 			return fail(error);
-		printf("size=%" G_GUINT64_FORMAT " etag=%s mtime=%" G_GINT64_FORMAT
-		       "\n", meta.size, meta.etag ? meta.etag : "-",
-		       meta.mtime);
+		printf("size=%" G_GUINT64_FORMAT
+		       " etag=%s mtime=%" G_GINT64_FORMAT "\n",
+		       meta.size, meta.etag ? meta.etag : "-", meta.mtime);
 		s3_object_meta_clear(&meta);
 		return 0;
 	}
@@ -209,9 +210,9 @@ static int run(struct s3 *s3, const char *verb, const char *key, int argc,
 		return 0;
 	}
 	if (!strcmp(verb, "listall"))
-		return s3_list_all(s3, &la, on_page, NULL, &error) ?
-			       0 :
-			       fail(error);
+		return s3_list_all(s3, &la, on_page, NULL, &error)
+			       ? 0
+			       : fail(error);
 	fprintf(stderr, "s3-client: unknown verb '%s'\n", verb);
 	return 2;
 }
@@ -227,8 +228,8 @@ int main(int argc, char **argv)
 
 	config_init(&cfg);
 	log_init("s3-client", TRUE,
-		 g_getenv("S3_CLIENT_DEBUG") ? LOG_LEVEL_DEBUG :
-					       LOG_LEVEL_WARNING);
+		 g_getenv("S3_CLIENT_DEBUG") ? LOG_LEVEL_DEBUG
+					     : LOG_LEVEL_WARNING);
 	while (i + 1 < argc && !strcmp(argv[i], "-o")) {
 		if (!config_parse_options(&cfg, argv[i + 1], NULL, &error))
 			return fail(error);

@@ -28,7 +28,7 @@
 #include "version.h"
 
 /* Sockets beside the connection budget: FUSE, the index, logs, slack. */
-#define FD_RESERVE 32
+#define FD_RESERVE	32
 #define DOCTOR_ATTEMPTS 3
 #define GET_PROBE_BYTES (1u << 20)
 
@@ -59,7 +59,7 @@ static double now_s(void)
 /* -- per-endpoint checks ------------------------------------------------ */
 
 struct target {
-	char *host;	/* without IPv6 brackets */
+	char *host; /* without IPv6 brackets */
 	char *port;
 	gboolean tls;
 };
@@ -83,8 +83,8 @@ static void target_parse(const char *url, struct target *t)
 		colon = close[1] == ':' ? close + 1 : NULL;
 	} else {
 		colon = strrchr(hp, ':');
-		t->host = g_strndup(hp, colon ? (gsize)(colon - hp) :
-						 strlen(hp));
+		t->host =
+			g_strndup(hp, colon ? (gsize)(colon - hp) : strlen(hp));
 	}
 	t->port = g_strdup(colon ? colon + 1 : (t->tls ? "443" : "80"));
 }
@@ -145,8 +145,8 @@ static int connect_one(const struct addrinfo *ai, int timeout_ms)
 	socklen_t len = sizeof(int);
 	int fd, err = 0;
 
-	fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK |
-					   SOCK_CLOEXEC,
+	fd = socket(ai->ai_family,
+		    ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC,
 		    ai->ai_protocol);
 	if (fd < 0)
 		return errno;
@@ -181,9 +181,9 @@ static gboolean check_tcp(struct doctor *d, const struct target *t,
 		int err = connect_one(ai, (int)(d->cfg.connect_timeout * 1000));
 
 		if (!err) {
-			g_autofree char *detail = g_strdup_printf(
-				"%s port %s in %.1f ms", a, t->port,
-				(now_s() - t0) * 1e3);
+			g_autofree char *detail =
+				g_strdup_printf("%s port %s in %.1f ms", a,
+						t->port, (now_s() - t0) * 1e3);
 
 			report(d, TRUE, "  ", "TCP connect", detail, NULL);
 			return TRUE;
@@ -210,16 +210,16 @@ static void check_http(struct doctor *d, guint i, const struct target *t)
 		       error->message,
 		       t->tls ? "for a private CA give -o ca_file=PATH or "
 				"AWS_CA_BUNDLE; check the certificate's name "
-				"matches the endpoint host" :
-			      "check that the endpoint speaks HTTP (not "
-			      "https) on that port");
+				"matches the endpoint host"
+			      : "check that the endpoint speaks HTTP (not "
+				"https) on that port");
 		return;
 	}
 	{
-		g_autofree char *detail = g_strdup_printf(
-			"%sHEAD / answered HTTP %ld in %.1f ms",
-			t->tls ? "handshake verified; " : "", status,
-			(now_s() - t0) * 1e3);
+		g_autofree char *detail =
+			g_strdup_printf("%sHEAD / answered HTTP %ld in %.1f ms",
+					t->tls ? "handshake verified; " : "",
+					status, (now_s() - t0) * 1e3);
 
 		report(d, TRUE, "  ", t->tls ? "TLS + HTTP" : "HTTP", detail,
 		       NULL);
@@ -259,8 +259,8 @@ static void check_skew(struct doctor *d, gint64 server_date)
 				 " s from the server's Date%s",
 				 skew,
 				 ABS(skew) > 300 ? " (S3 rejects requests "
-						  "beyond 15 minutes)" :
-						  "");
+						   "beyond 15 minutes)"
+						 : "");
 	report(d, ABS(skew) <= 900, "  ", "clock skew", detail,
 	       "synchronize this host's clock (systemd-timesyncd, chrony)");
 }
@@ -297,14 +297,14 @@ static void check_s3(struct doctor *d, guint i)
 	}
 	{
 		g_autofree char *k = key ? log_escape(key, -1) : NULL;
-		g_autofree char *first = k ? g_strdup_printf("first key '%s'",
-							     k) :
-					     g_strdup("no key under the prefix");
+		g_autofree char *first =
+			k ? g_strdup_printf("first key '%s'", k)
+			  : g_strdup("no key under the prefix");
 
-		detail = g_strdup_printf("%s in %.1f ms (RequestId: %s)",
-					 first, (now_s() - t0) * 1e3,
-					 meta.request_id ? meta.request_id :
-							   "none");
+		detail = g_strdup_printf("%s in %.1f ms (RequestId: %s)", first,
+					 (now_s() - t0) * 1e3,
+					 meta.request_id ? meta.request_id
+							 : "none");
 	}
 	report(d, TRUE, "  ", "ListObjectsV2 (signed, max-keys=1)", detail,
 	       NULL);
@@ -323,18 +323,18 @@ static void check_s3(struct doctor *d, guint i)
 		g_autofree char *k = log_escape(key, -1);
 
 		t0 = now_s();
-		data = size ? s3_get(d->s3, key, &ga, &meta, &error) :
-			      g_bytes_new(NULL, 0);
+		data = size ? s3_get(d->s3, key, &ga, &meta, &error)
+			    : g_bytes_new(NULL, 0);
 		g_free(detail);
 		if (!data) {
 			report(d, FALSE, "  ", "GET", error->message,
 			       fix_for(bfs_error_errno(error)));
 		} else {
-			detail = g_strdup_printf(
-				"'%s': %" G_GSIZE_FORMAT " of %" G_GUINT64_FORMAT
-				" bytes in %.1f ms",
-				k, g_bytes_get_size(data), size,
-				(now_s() - t0) * 1e3);
+			detail = g_strdup_printf("'%s': %" G_GSIZE_FORMAT
+						 " of %" G_GUINT64_FORMAT
+						 " bytes in %.1f ms",
+						 k, g_bytes_get_size(data),
+						 size, (now_s() - t0) * 1e3);
 			report(d, TRUE, "  ", "GET", detail, NULL);
 		}
 		s3_object_meta_clear(&meta);
@@ -363,8 +363,8 @@ static void check_endpoint(struct doctor *d, guint i, const char *url)
 static void check_fds(struct doctor *d)
 {
 	struct rlimit rl;
-	guint planned = d->cfg.max_connections ? d->cfg.max_connections :
-						 CONFIG_DEFAULT_MAX_CONNECTIONS;
+	guint planned = d->cfg.max_connections ? d->cfg.max_connections
+					       : CONFIG_DEFAULT_MAX_CONNECTIONS;
 	rlim_t need = planned + FD_RESERVE;
 	g_autofree char *detail = NULL;
 
@@ -378,11 +378,11 @@ static void check_fds(struct doctor *d)
 		"connections + %d for FUSE, the index and logs%s",
 		(unsigned long long)rl.rlim_cur,
 		(unsigned long long)rl.rlim_max, planned, FD_RESERVE,
-		rl.rlim_cur >= need ? "" :
-		rl.rlim_max >= need ?
-				      " (the mount raises the soft limit to the "
-				      "hard one)" :
-				      "");
+		rl.rlim_cur >= need ? ""
+		: rl.rlim_max >= need
+			? " (the mount raises the soft limit to the "
+			  "hard one)"
+			: "");
 	report(d, rl.rlim_max >= need, "", "file descriptors", detail,
 	       "raise the hard limit (ulimit -Hn, LimitNOFILE= in the systemd "
 	       "unit, /etc/security/limits.conf) or lower -o "
@@ -421,10 +421,10 @@ static void check_fuse(struct doctor *d)
 
 static void check_index(struct doctor *d)
 {
-	g_autofree char *path = d->cfg.index_path ?
-					g_strdup(d->cfg.index_path) :
-					index_default_path(d->cfg.bucket,
-							   d->cfg.prefix);
+	g_autofree char *path =
+		d->cfg.index_path
+			? g_strdup(d->cfg.index_path)
+			: index_default_path(d->cfg.bucket, d->cfg.prefix);
 	g_autoptr(GError) error = NULL;
 	g_autofree char *detail = NULL;
 	struct index_stats s;
@@ -433,7 +433,8 @@ static void check_index(struct doctor *d)
 	idx = index_open(path, d->cfg.bucket, d->cfg.prefix, &error);
 	if (!idx && error->code == ENOENT) {
 		detail = g_strdup_printf("none yet at %s: the first mount "
-					 "lists the bucket once", path);
+					 "lists the bucket once",
+					 path);
 		report(d, TRUE, "", "index", detail, NULL);
 		return;
 	}
@@ -444,11 +445,10 @@ static void check_index(struct doctor *d)
 		return;
 	}
 	index_get_stats(idx, &s);
-	detail = g_strdup_printf("%s: %" G_GUINT64_FORMAT " keys, built %"
-				 G_GINT64_FORMAT " s ago",
-				 path, s.keys,
-				 g_get_real_time() / G_USEC_PER_SEC -
-					 s.created);
+	detail = g_strdup_printf(
+		"%s: %" G_GUINT64_FORMAT " keys, built %" G_GINT64_FORMAT
+		" s ago",
+		path, s.keys, g_get_real_time() / G_USEC_PER_SEC - s.created);
 	report(d, TRUE, "", "index", detail, NULL);
 	index_unref(idx);
 }
@@ -531,8 +531,8 @@ int main(int argc, char **argv)
 		d.cfg.anonymous = TRUE;
 		d.s3 = s3_new(&d.cfg, &error);
 	} else {
-		report(&d, TRUE, "", "credentials",
-		       s3_credentials_source(d.s3), NULL);
+		report(&d, TRUE, "", "credentials", s3_credentials_source(d.s3),
+		       NULL);
 	}
 	if (!d.s3)
 		report(&d, FALSE, "", "client", error->message, NULL);

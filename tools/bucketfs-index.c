@@ -35,10 +35,11 @@ struct tool {
 static void progress(const struct lister_progress *p, void *user)
 {
 	(void)user;
-	fprintf(stderr, "\rlisted %" G_GUINT64_FORMAT " objects, %.0f/s, "
-			"%.1f s, %u range%s ",
-		p->keys, p->elapsed > 0 ? p->keys / p->elapsed : 0,
-		p->elapsed, p->ranges, p->ranges == 1 ? "" : "s");
+	fprintf(stderr,
+		"\rlisted %" G_GUINT64_FORMAT " objects, %.0f/s, "
+		"%.1f s, %u range%s ",
+		p->keys, p->elapsed > 0 ? p->keys / p->elapsed : 0, p->elapsed,
+		p->ranges, p->ranges == 1 ? "" : "s");
 	if (p->done)
 		fputc('\n', stderr);
 }
@@ -58,15 +59,19 @@ static void print_stats(const char *path, const struct index_stats *s)
 	printf("created:      %s\n", when);
 	printf("keys:         %" G_GUINT64_FORMAT "\n", s->keys);
 	printf("files:        %" G_GUINT64_FORMAT " (%" G_GUINT64_FORMAT
-	       " bytes)\n", s->files, s->bytes);
+	       " bytes)\n",
+	       s->files, s->bytes);
 	printf("directories:  %" G_GUINT64_FORMAT " (%" G_GUINT64_FORMAT
-	       " markers)\n", s->dirs, s->markers);
-	printf("not shown:    %" G_GUINT64_FORMAT " (empty component %"
-	       G_GUINT64_FORMAT ", '.'/'..' %" G_GUINT64_FORMAT
-	       ", name > 255 bytes %" G_GUINT64_FORMAT ", too deep %"
-	       G_GUINT64_FORMAT ", hidden by a directory %" G_GUINT64_FORMAT
-	       ")\n", hidden, s->skipped_empty, s->skipped_dot,
-	       s->skipped_long, s->skipped_deep, s->shadowed);
+	       " markers)\n",
+	       s->dirs, s->markers);
+	printf("not shown:    %" G_GUINT64_FORMAT
+	       " (empty component %" G_GUINT64_FORMAT
+	       ", '.'/'..' %" G_GUINT64_FORMAT
+	       ", name > 255 bytes %" G_GUINT64_FORMAT
+	       ", too deep %" G_GUINT64_FORMAT
+	       ", hidden by a directory %" G_GUINT64_FORMAT ")\n",
+	       hidden, s->skipped_empty, s->skipped_dot, s->skipped_long,
+	       s->skipped_deep, s->shadowed);
 	printf("file size:    %" G_GUINT64_FORMAT " bytes (%.1f per key)\n",
 	       s->file_size, s->keys ? (double)s->file_size / s->keys : 0.0);
 }
@@ -142,16 +147,15 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		{ "option", 'o', 0, G_OPTION_ARG_STRING_ARRAY, &opts,
 		  "Options (see below); repeatable", "OPT[,OPT...]" },
 		{ "workers", 'j', 0, G_OPTION_ARG_INT, &workers,
-		  "Parallel listings for build (default 4 per endpoint)",
-		  "N" },
+		  "Parallel listings for build (default 4 per endpoint)", "N" },
 		{ "quiet", 'q', 0, G_OPTION_ARG_NONE, &t->quiet,
 		  "No progress or summary", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
 		{ NULL }
 	};
-	g_autoptr(GOptionContext) ctx = g_option_context_new(
-		"build|info|verify s3://BUCKET[/PREFIX]");
+	g_autoptr(GOptionContext) ctx =
+		g_option_context_new("build|info|verify s3://BUCKET[/PREFIX]");
 	guint i;
 
 	g_option_context_set_summary(
@@ -181,7 +185,8 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 	if (workers < 0 || workers > 32) {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "--workers: %d is not between 1 and 32 (0: the "
-			    "default)", workers);
+			    "default)",
+			    workers);
 		return FALSE;
 	}
 	t->workers = (guint)workers;
@@ -192,9 +197,9 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 			return FALSE;
 	if (!config_finish(&t->cfg, error))
 		return FALSE;
-	t->path = t->cfg.index_path ?
-			  g_strdup(t->cfg.index_path) :
-			  index_default_path(t->cfg.bucket, t->cfg.prefix);
+	t->path = t->cfg.index_path
+			  ? g_strdup(t->cfg.index_path)
+			  : index_default_path(t->cfg.bucket, t->cfg.prefix);
 	return TRUE;
 }
 

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 packages=(
 	build-essential meson ninja-build pkg-config clang
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
-	libglib2.0-dev python3 python3-botocore nodejs npm curl
+	libglib2.0-dev python3 python3-botocore nodejs npm curl clang-format
 )
 
 missing=()
