@@ -8,8 +8,11 @@ cd "$(dirname "$0")/.."
 packages=(
 	build-essential meson ninja-build pkg-config clang
 	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
-	libglib2.0-dev python3 python3-botocore nodejs npm curl clang-format
+	libglib2.0-dev python3 python3-botocore curl clang-format
 )
+# Node.js may come from elsewhere (this machine's nodejs bundles npm, and
+# Debian's npm then conflicts with it): Debian's only when npm is missing.
+command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
