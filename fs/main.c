@@ -30,7 +30,8 @@
 #include "s3.h"
 #include "version.h"
 
-#define DEFAULT_ENTRY_TIMEOUT 3600.0
+#define DEFAULT_ENTRY_TIMEOUT	3600.0
+#define MAX_CONNECTIONS_DEFAULT 1024
 
 struct mount {
 	struct config cfg;
@@ -70,6 +71,12 @@ static const char mount_help[] =
 "                          (default 4 per endpoint)\n"
 "    index_max_age=SECS    rebuild an index older than SECS in the\n"
 "                          background and switch to it (default: never)\n"
+"    whole_max=BYTES       objects up to this size are fetched whole at\n"
+"                          open (default 8 MiB)\n"
+"    window_max=BYTES      largest sequential readahead window of a\n"
+"                          larger object (default 64 MiB)\n"
+"    memory_max=BYTES      all prefetch buffers together (default 1 GiB)\n"
+"    prefetch_depth=N      announced files fetched ahead (default 64)\n"
 "    allow_other           let other users see the mount (FUSE)\n"
 "    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
 "\n"
@@ -117,6 +124,24 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		if (!parse_number(name, v, 1e19, &d, error))
 			return FALSE;
 		m->fs.free_space = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "whole_max") || !strcmp(name, "window_max") ||
+	    !strcmp(name, "memory_max")) {
+		if (!parse_number(name, v, 1e15, &d, error))
+			return FALSE;
+		if (!strcmp(name, "whole_max"))
+			m->fs.readahead.whole_max = (guint64)d;
+		else if (!strcmp(name, "window_max"))
+			m->fs.readahead.window_max = (guint64)d;
+		else
+			m->fs.readahead.memory_max = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "prefetch_depth")) {
+		if (!parse_number(name, v, 65536, &d, error))
+			return FALSE;
+		m->fs.readahead.prefetch_depth = (guint)d;
 		return TRUE;
 	}
 	if (!strcmp(name, "index_max_age"))
@@ -377,8 +402,12 @@ static gpointer reload_thread(gpointer data)
 	return NULL;
 }
 
-/* A mount must not fail for lack of descriptors: take the hard limit. */
-static void raise_nofile(void)
+/*
+ * A mount must not fail for lack of descriptors: take the hard limit, and
+ * unless -o max_connections= says otherwise, budget half of it for
+ * sockets (at most 1024), leaving the rest for FUSE, the index and logs.
+ */
+static void raise_nofile(struct config *cfg)
 {
 	struct rlimit rl;
 
@@ -391,9 +420,13 @@ static void raise_nofile(void)
 		if (setrlimit(RLIMIT_NOFILE, &rl) != 0)
 			rl.rlim_cur = soft;
 	}
-	log_msg(LOG_LEVEL_INFO, "RLIMIT_NOFILE: soft %llu, hard %llu",
+	if (!cfg->max_connections)
+		cfg->max_connections = (guint)CLAMP(rl.rlim_cur / 2, 8,
+						    MAX_CONNECTIONS_DEFAULT);
+	log_msg(LOG_LEVEL_INFO,
+		"RLIMIT_NOFILE: soft %llu, hard %llu; up to %u connections",
 		(unsigned long long)rl.rlim_cur,
-		(unsigned long long)rl.rlim_max);
+		(unsigned long long)rl.rlim_max, cfg->max_connections);
 }
 
 /* -- FUSE --------------------------------------------------------------- */
@@ -410,7 +443,9 @@ static struct fuse_args fuse_args_for(struct mount *m)
 	fsname = g_strdup_printf("fsname=s3://%s/%s", m->cfg.bucket,
 				 m->cfg.prefix);
 	fuse_opt_add_arg(&args, "-o");
-	fuse_opt_add_arg(&args, "ro,default_permissions,subtype=bucketfs,"
+	/* Not the kernel's "ro": setxattr of the prefetch hint must reach
+	 * us.  Every write operation still gets EROFS, from fs/ops.c. */
+	fuse_opt_add_arg(&args, "default_permissions,subtype=bucketfs,"
 				"max_read=1048576");
 	fuse_opt_add_opt_escaped(&args.argv[args.argc - 1], fsname);
 	for (i = 0; i < m->fuse_opts->len; i++) {
@@ -515,7 +550,7 @@ int main(int argc, char **argv)
 	}
 	log_init("bucketfs", m.foreground,
 		 m.debug ? LOG_LEVEL_DEBUG : LOG_LEVEL_INFO);
-	raise_nofile();
+	raise_nofile(&m.cfg);
 	if (m.cfg.rw_ignored)
 		log_msg(LOG_LEVEL_NOTICE, "option 'rw' ignored: bucketfs is "
 					  "read-only, writes get EROFS");

@@ -8,12 +8,16 @@
 #include "error.h"
 #include "log.h"
 #include "ops.h"
+#include "http.h"
+#include "readahead.h"
 
 #define GEN_SHIFT	 40
 #define ID_MASK		 ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
 #define BLOCK		 4096
 #define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
+/* Files fetched ahead of one opened in listing order. */
+#define LISTING_AHEAD 16
 
 /* An index and how many kernel lookups its nodes hold. */
 struct gen {
@@ -24,6 +28,7 @@ struct gen {
 
 struct fs {
 	struct s3 *s3;		 /* set before the loop, then immutable */
+	struct readahead *ra;	 /* likewise */
 	struct fuse_session *se; /* likewise */
 	struct fs_options opts;
 
@@ -31,13 +36,17 @@ struct fs {
 	struct gen *current; /* protected by lock */
 	GHashTable *gens;    /* protected by lock: number -> struct gen */
 	guint64 next_gen;    /* protected by lock */
+	/* Listing-order detection, protected by lock. */
+	struct index *last_idx; /* not a reference: compared only */
+	index_id last_open;
+	guint streak;
+	index_id announced_to; /* entries up to here were announced */
 };
 
-/* An open file: what a read needs, copied out of the index. */
+/* An open file: its key (for logs) and its readahead handle. */
 struct handle {
 	char *key;
-	char *etag;
-	guint64 size;
+	struct ra_file *rf;
 };
 
 static struct fs *data(fuse_req_t req)
@@ -388,9 +397,53 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 static void handle_free(struct handle *h)
 {
+	readahead_release(h->rf);
 	g_free(h->key);
-	g_free(h->etag);
 	g_free(h);
+}
+
+/* Announces file @id of @idx to the readahead engine. */
+static void announce(struct fs *fs, struct index *idx, index_id id)
+{
+	struct index_attr a;
+	g_autofree char *key = NULL;
+	g_autofree char *etag = NULL;
+
+	if (index_is_dir(idx, id))
+		return;
+	index_get_attr(idx, id, &a);
+	if (a.ino == 0)
+		return; /* not an entry */
+	key = index_key(idx, id);
+	etag = index_etag(idx, id);
+	readahead_prefetch(fs->ra, key, etag, a.size);
+}
+
+/*
+ * Files opened in listing order (cp -r, tar, cat *) have consecutive
+ * entries: after a few, fetch the next ones ahead.
+ */
+static void follow_listing(struct fs *fs, struct index *idx, index_id id)
+{
+	index_id from = 0, to = 0, i;
+
+	g_mutex_lock(&fs->lock);
+	if (fs->last_idx == idx && id == fs->last_open + 1) {
+		fs->streak++;
+	} else {
+		fs->streak = 0;
+		fs->announced_to = id;
+	}
+	fs->last_idx = idx;
+	fs->last_open = id;
+	if (fs->streak >= 2 && fs->announced_to < id + LISTING_AHEAD) {
+		from = MAX(fs->announced_to, id) + 1;
+		to = id + LISTING_AHEAD;
+		fs->announced_to = to;
+	}
+	g_mutex_unlock(&fs->lock);
+	for (i = from; from && i <= to; i++)
+		announce(fs, idx, i);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -416,8 +469,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	h = g_new0(struct handle, 1);
 	h->key = index_key(idx, id);
-	h->etag = index_etag(idx, id);
-	h->size = a.size;
+	{
+		g_autofree char *etag = index_etag(idx, id);
+
+		h->rf = readahead_open(fs->ra, h->key, etag, a.size);
+	}
+	follow_listing(fs, idx, id);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	/* Pages stay valid while the object can't change under the index:
 	 * the GET's If-Match guarantees it. */
@@ -448,12 +505,11 @@ static const char *read_hint(int code)
 	}
 }
 
-static void read_done(GBytes *bytes, const struct s3_object_meta *meta,
-		      const GError *error, void *user)
+static void read_done(const void *buf, gsize len, const GError *error,
+		      void *user)
 {
 	struct read_call *rc = user;
 
-	(void)meta;
 	if (error) {
 		const char *hint = read_hint(bfs_error_errno(error));
 		g_autofree char *k = log_escape(rc->key, -1);
@@ -462,10 +518,7 @@ static void read_done(GBytes *bytes, const struct s3_object_meta *meta,
 			  hint ? ": " : "", hint ? hint : "");
 		fuse_reply_err(rc->req, bfs_error_errno(error));
 	} else {
-		gsize n;
-		const void *p = g_bytes_get_data(bytes, &n);
-
-		fuse_reply_buf(rc->req, p, n);
+		fuse_reply_buf(rc->req, buf, len);
 	}
 	g_free(rc->key);
 	g_free(rc);
@@ -474,23 +527,18 @@ static void read_done(GBytes *bytes, const struct s3_object_meta *meta,
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
-	struct fs *fs = data(req);
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-	struct s3_get_args a = { .endpoint = -1 };
 	struct read_call *rc;
 
 	(void)ino;
-	if (off < 0 || (guint64)off >= h->size || size == 0) {
-		fuse_reply_buf(req, NULL, 0);
+	if (off < 0) {
+		fuse_reply_err(req, EINVAL);
 		return;
 	}
-	a.offset = (guint64)off;
-	a.length = MIN((guint64)size, h->size - (guint64)off);
-	a.if_match = h->etag;
 	rc = g_new0(struct read_call, 1);
 	rc->req = req;
 	rc->key = g_strdup(h->key);
-	s3_get_async(fs->s3, h->key, &a, read_done, rc);
+	readahead_read(h->rf, (guint64)off, size, read_done, rc);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
@@ -557,6 +605,96 @@ static void reply_sized(fuse_req_t req, const char *value, size_t len,
 		fuse_reply_buf(req, value, len);
 }
 
+/* The mount root's own attributes: counters, and the prefetch hint. */
+#define XATTR_STATS    "user.bucketfs.stats"
+#define XATTR_PREFETCH "user.bucketfs.prefetch"
+static const char root_xattrs[] = "user.s3.key\0user.s3.uri\0" XATTR_STATS "\0";
+
+/* Live counters as JSON: per endpoint, and the readahead engine's. */
+static char *stats_json(struct fs *fs)
+{
+	struct http *http = s3_get_http(fs->s3);
+	guint n = http_endpoint_count(http), i;
+	g_autofree struct http_endpoint_stats *es =
+		g_new0(struct http_endpoint_stats, n);
+	struct ra_stats rs;
+	GString *out = g_string_new("{\"endpoints\": [");
+
+	http_get_stats(http, es);
+	for (i = 0; i < n; i++)
+		g_string_append_printf(
+			out,
+			"%s\n  {\"url\": \"%s\", \"requests\": "
+			"%" G_GUINT64_FORMAT ", \"bytes\": %" G_GUINT64_FORMAT
+			", \"errors\": %" G_GUINT64_FORMAT
+			", \"hedges\": %" G_GUINT64_FORMAT
+			", \"ejections\": %" G_GUINT64_FORMAT
+			", \"inflight\": %u, \"ejected\": %s"
+			", \"p50_ms\": %.2f, \"p99_ms\": %.2f}",
+			i ? "," : "", es[i].url, es[i].requests, es[i].bytes,
+			es[i].errors, es[i].hedges, es[i].ejections,
+			es[i].inflight, es[i].ejected ? "true" : "false",
+			es[i].p50_ms, es[i].p99_ms);
+	readahead_get_stats(fs->ra, &rs);
+	g_string_append_printf(
+		out,
+		"],\n \"queued\": %u,\n \"readahead\": {\"objects_fetched\": "
+		"%" G_GUINT64_FORMAT ", \"parts_fetched\": %" G_GUINT64_FORMAT
+		", \"direct_reads\": %" G_GUINT64_FORMAT
+		", \"prefetch_hits\": %" G_GUINT64_FORMAT
+		", \"prefetch_wasted\": %" G_GUINT64_FORMAT
+		", \"prefetch_queued\": %u, \"memory_used\": %" G_GUINT64_FORMAT
+		", \"memory_max\": %" G_GUINT64_FORMAT "}}\n",
+		http_queued(http), rs.objects_fetched, rs.parts_fetched,
+		rs.direct_reads, rs.prefetch_hits, rs.prefetch_wasted,
+		rs.prefetch_queued, rs.memory_used, rs.memory_max);
+	return g_string_free(out, FALSE);
+}
+
+/*
+ * The hint: setxattr(MOUNTPOINT, "user.bucketfs.prefetch", "a/b\nc/d\n")
+ * announces files (paths relative to the mount) that will be read next,
+ * in that order; an empty value drops what is announced and not started.
+ */
+static int take_hint(struct fs *fs, const char *value, size_t size)
+{
+	struct index *idx = fs_current_index(fs);
+	const char *p = value, *end = value + size;
+
+	if (size == 0)
+		readahead_forget_prefetches(fs->ra);
+	while (p < end) {
+		const char *nl = memchr(p, '\n', end - p);
+		const char *line_end = nl ? nl : end;
+		index_id cur = INDEX_ROOT;
+		const char *c = p;
+
+		while (c < line_end && cur != G_MAXUINT64) {
+			const char *slash = memchr(c, '/', line_end - c);
+			const char *ce = slash ? slash : line_end;
+
+			if (ce > c && !index_lookup(idx, cur, c, ce - c, &cur))
+				cur = G_MAXUINT64;
+			c = ce + 1;
+		}
+		if (cur != G_MAXUINT64 && cur != INDEX_ROOT)
+			announce(fs, idx, cur);
+		p = line_end + 1;
+	}
+	index_unref(idx);
+	return 0;
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
+			const char *value, size_t size, int flags)
+{
+	(void)flags;
+	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_PREFETCH))
+		fuse_reply_err(req, take_hint(data(req), value, size));
+	else
+		fuse_reply_err(req, EROFS);
+}
+
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
@@ -568,7 +706,10 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	v = xattr_value(idx, id, name);
+	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_STATS))
+		v = stats_json(data(req));
+	else
+		v = xattr_value(idx, id, name);
 	if (!v)
 		fuse_reply_err(req, ENODATA);
 	else
@@ -585,7 +726,9 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	if (index_is_dir(idx, id))
+	if (ino == FUSE_ROOT_ID)
+		reply_sized(req, root_xattrs, sizeof(root_xattrs) - 1, size);
+	else if (index_is_dir(idx, id))
 		reply_sized(req, "user.s3.key\0user.s3.uri", 24, size);
 	else
 		reply_sized(req, xattr_names, sizeof(xattr_names) - 1, size);
@@ -660,13 +803,6 @@ static void op_erofs_symlink(fuse_req_t req, const char *link,
 	fuse_reply_err(req, EROFS);
 }
 
-static void op_erofs_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
-			      const char *value, size_t size, int flags)
-{
-	(void)ino, (void)name, (void)value, (void)size, (void)flags;
-	fuse_reply_err(req, EROFS);
-}
-
 static void op_erofs_removexattr(fuse_req_t req, fuse_ino_t ino,
 				 const char *name)
 {
@@ -698,7 +834,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.rename = op_erofs_rename,
 	.link = op_erofs_link,
 	.create = op_erofs_create,
-	.setxattr = op_erofs_setxattr,
+	.setxattr = op_setxattr,
 	.removexattr = op_erofs_removexattr,
 };
 
@@ -728,6 +864,38 @@ struct fs *fs_new(const struct fs_options *opts)
 void fs_set_s3(struct fs *fs, struct s3 *s3)
 {
 	fs->s3 = s3;
+	fs->ra = readahead_new(s3, &fs->opts.readahead);
+}
+
+/* One syslog line per endpoint, and one for readahead, at unmount. */
+static void log_summary(struct fs *fs)
+{
+	struct http *http = s3_get_http(fs->s3);
+	guint n = http_endpoint_count(http), i;
+	g_autofree struct http_endpoint_stats *es =
+		g_new0(struct http_endpoint_stats, n);
+	struct ra_stats rs;
+
+	http_get_stats(http, es);
+	for (i = 0; i < n; i++)
+		log_msg(LOG_LEVEL_NOTICE,
+			"endpoint %s: %" G_GUINT64_FORMAT
+			" requests, %" G_GUINT64_FORMAT
+			" bytes, %" G_GUINT64_FORMAT
+			" errors, %" G_GUINT64_FORMAT
+			" hedges, %" G_GUINT64_FORMAT
+			" ejections, p50 %.1f ms, p99 %.1f ms",
+			es[i].url, es[i].requests, es[i].bytes, es[i].errors,
+			es[i].hedges, es[i].ejections, es[i].p50_ms,
+			es[i].p99_ms);
+	readahead_get_stats(fs->ra, &rs);
+	log_msg(LOG_LEVEL_NOTICE,
+		"readahead: %" G_GUINT64_FORMAT
+		" whole objects, %" G_GUINT64_FORMAT
+		" parts, %" G_GUINT64_FORMAT " direct reads, %" G_GUINT64_FORMAT
+		" prefetch hits, %" G_GUINT64_FORMAT " prefetches unused",
+		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
+		rs.prefetch_hits, rs.prefetch_wasted);
 }
 
 void fs_set_session(struct fs *fs, struct fuse_session *se)
@@ -739,7 +907,11 @@ void fs_free(struct fs *fs)
 {
 	if (!fs)
 		return;
+	if (fs->s3)
+		log_summary(fs);
+	/* In-flight GETs end (cancelled) before their buffers go. */
 	s3_free(fs->s3);
+	readahead_free(fs->ra);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);

@@ -24,6 +24,7 @@
 #include <glib.h>
 
 #include "index.h"
+#include "readahead.h"
 #include "s3.h"
 
 struct fs;
@@ -31,6 +32,7 @@ struct fs;
 struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
+	struct ra_options readahead;
 };
 
 /*

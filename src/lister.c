@@ -146,13 +146,11 @@ static char *midpoint(const char *lo, const char *hi)
 		return NULL;
 	m = a + (b - a) / 2;
 	s = g_string_new_len(lo, n);
-	for (i = 0; i < 8; i++) {
+	/* Trailing zero bytes are dropped; a zero byte inside becomes 1
+	 * (keys hold no NUL), which only moves the midpoint up a little. */
+	for (i = 0; i < 8 && (m << (8 * i)) != 0; i++) {
 		guchar c = (m >> (56 - 8 * i)) & 0xff;
 
-		/* Keys hold no NUL: a zero byte inside becomes 1, which
-		 * only moves the midpoint up a little. */
-		if (!(m << (8 * (i + 1))) && !c)
-			break;
 		g_string_append_c(s, c ? (char)c : 1);
 	}
 	if (strcmp(s->str, lo) <= 0 || (hi && strcmp(s->str, hi) >= 0)) {

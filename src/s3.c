@@ -585,6 +585,8 @@ static struct http_request *get_request(struct s3 *s3, const char *key,
 	req = request_for(call, what, args ? args->endpoint : -1);
 	if (call->length)
 		http_request_set_body_limit(req, call->length, call->length);
+	if (args && args->hedge)
+		http_request_set_hedge(req, TRUE);
 	*call_out = call;
 	return req;
 }
@@ -807,6 +809,11 @@ const char *s3_bucket(const struct s3 *s3)
 const char *s3_credentials_source(const struct s3 *s3)
 {
 	return s3->creds->source;
+}
+
+struct http *s3_get_http(struct s3 *s3)
+{
+	return s3->http;
 }
 
 const char *const *s3_endpoints(const struct s3 *s3)

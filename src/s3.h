@@ -60,6 +60,9 @@ void s3_free(struct s3 *s3);
 const char *s3_bucket(const struct s3 *s3);
 const char *s3_credentials_source(const struct s3 *s3);
 
+/* The HTTP engine, for its counters.  Borrowed until s3_free(). */
+struct http *s3_get_http(struct s3 *s3);
+
 /* The endpoints, as configured.  Borrowed; NULL-terminated. */
 const char *const *s3_endpoints(const struct s3 *s3);
 
@@ -68,6 +71,8 @@ struct s3_get_args {
 	guint64 length;	      /* bytes wanted; 0 = to the end */
 	const char *if_match; /* ETag (unquoted) the object must have */
 	int endpoint;	      /* index to pin every attempt to, or -1 */
+	gboolean hedge;	      /* may be duplicated on another endpoint when
+			       * slow (small objects only, see http.h) */
 };
 
 /*

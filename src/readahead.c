@@ -1,0 +1,714 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * readahead.c - whole-object prefetch, sequential windows, the memory
+ * budget.
+ *
+ * Everything shared lives under ra->lock: the object table, every
+ * object's and file's state, the announcement queue and the counters.
+ * Callbacks to the caller (ra_read_fn) are always made without the lock.
+ * Lifetimes: an object is held by each handle on it, by its announcement
+ * while unopened, and by its fetch while in flight; a file by its handle
+ * and by each of its GETs in flight.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "log.h"
+#include "readahead.h"
+
+#define DEF_WHOLE_MAX	   (8u << 20)
+#define DEF_WINDOW_MIN	   ((1u << 20) + (128u << 10))
+#define DEF_WINDOW_MAX	   (64u << 20)
+#define DEF_PART_SIZE	   (8u << 20)
+#define DEF_MEMORY_MAX	   (G_GUINT64_CONSTANT(1) << 30)
+#define DEF_PREFETCH_DEPTH 64
+#define SEEK_TOLERANCE	   (1u << 20)
+#define STALE_PREFETCH_US  (30 * G_USEC_PER_SEC)
+
+enum state { FETCHING, READY, FAILED };
+
+struct waiter {
+	guint64 off;
+	gsize size;
+	ra_read_fn done;
+	void *user;
+};
+
+/* A small object, fetched whole. */
+struct object {
+	struct readahead *ra;
+	char *key;
+	char *etag;
+	guint64 size;
+	guint refs;	    /* under ra->lock */
+	gboolean announced; /* fetched for readahead_prefetch(), unopened */
+	gint64 ready_at;
+	enum state state;
+	GBytes *data;
+	GError *error;
+	GQueue waiters; /* of struct waiter * */
+};
+
+/* A part of a large object, on the part_size grid. */
+struct part {
+	guint64 index;
+	enum state state;
+	GBytes *data;
+	GError *error;
+	GQueue spans; /* of struct span * waiting for it */
+	guint pins;   /* spans that will read it: keep it */
+};
+
+/* A read of a large object that waits for one or two parts. */
+struct span {
+	struct ra_file *f;
+	guint64 off;
+	gsize size;
+	guint pending; /* parts not ready yet */
+	ra_read_fn done;
+	void *user;
+	GBytes *data; /* the bytes, once all parts are in */
+	GError *error;
+};
+
+struct ra_file {
+	struct readahead *ra;
+	char *key;
+	char *etag;
+	guint64 size;
+	guint refs;	    /* handle + GETs in flight; under ra->lock */
+	struct object *obj; /* small objects */
+	/* Large objects, under ra->lock. */
+	guint64 next_off;  /* where the next sequential read starts */
+	guint64 window;	   /* 0 while reading randomly */
+	GHashTable *parts; /* index -> struct part * */
+};
+
+struct announce {
+	char *key;
+	char *etag;
+	guint64 size;
+};
+
+struct readahead {
+	struct s3 *s3;
+	struct ra_options o;
+	GMutex lock;
+	GHashTable *objects; /* key -> struct object *; under lock */
+	GQueue announced;    /* of struct announce *; under lock */
+	GQueue unopened;     /* of struct object *: announced, not opened,
+			      * in order; each holds a reference */
+	guint64 mem_used;    /* under lock */
+	struct ra_stats st;  /* under lock */
+};
+
+/* -- small objects ------------------------------------------------------ */
+
+static void announce_free(struct announce *a)
+{
+	g_free(a->key);
+	g_free(a->etag);
+	g_free(a);
+}
+
+/* Under ra->lock. */
+static void object_unref(struct object *obj)
+{
+	struct readahead *ra = obj->ra;
+
+	g_assert(obj->refs > 0);
+	if (--obj->refs)
+		return;
+	if (g_hash_table_lookup(ra->objects, obj->key) == obj)
+		g_hash_table_remove(ra->objects, obj->key);
+	ra->mem_used -= obj->size;
+	g_clear_pointer(&obj->data, g_bytes_unref);
+	g_clear_error(&obj->error);
+	g_free(obj->key);
+	g_free(obj->etag);
+	g_free(obj);
+}
+
+static void serve(GBytes *data, const GError *error, guint64 off, gsize size,
+		  ra_read_fn done, void *user)
+{
+	gsize len = 0;
+	const guint8 *p = data ? g_bytes_get_data(data, &len) : NULL;
+
+	if (error) {
+		done(NULL, 0, error, user);
+		return;
+	}
+	if (off >= len) {
+		done(p, 0, NULL, user);
+		return;
+	}
+	done(p + off, MIN(size, len - off), NULL, user);
+}
+
+static void start_object(struct readahead *ra, struct object *obj);
+static void pump(struct readahead *ra);
+
+static void object_done(GBytes *data, const struct s3_object_meta *meta,
+			const GError *error, void *user)
+{
+	struct object *obj = user;
+	struct readahead *ra = obj->ra;
+	GQueue waiters = G_QUEUE_INIT;
+	struct waiter *w;
+
+	(void)meta;
+	g_mutex_lock(&ra->lock);
+	if (error) {
+		obj->state = FAILED;
+		obj->error = g_error_copy(error);
+		/* The next open fetches again. */
+		if (g_hash_table_lookup(ra->objects, obj->key) == obj)
+			g_hash_table_steal(ra->objects, obj->key);
+	} else {
+		obj->state = READY;
+		obj->data = g_bytes_ref(data);
+	}
+	obj->ready_at = g_get_monotonic_time();
+	waiters = obj->waiters;
+	g_queue_init(&obj->waiters);
+	g_mutex_unlock(&ra->lock);
+
+	/* The fetch's reference keeps the object alive meanwhile. */
+	while ((w = g_queue_pop_head(&waiters))) {
+		serve(obj->data, obj->error, w->off, w->size, w->done, w->user);
+		g_free(w);
+	}
+	g_mutex_lock(&ra->lock);
+	object_unref(obj);
+	pump(ra);
+	g_mutex_unlock(&ra->lock);
+}
+
+/* Under ra->lock: a new object, held once by @holder and by its fetch. */
+static struct object *object_new(struct readahead *ra, const char *key,
+				 const char *etag, guint64 size)
+{
+	struct object *obj = g_new0(struct object, 1);
+
+	obj->ra = ra;
+	obj->key = g_strdup(key);
+	obj->etag = g_strdup(etag);
+	obj->size = size;
+	obj->refs = 2;
+	obj->state = FETCHING;
+	g_queue_init(&obj->waiters);
+	g_hash_table_insert(ra->objects, obj->key, obj);
+	ra->mem_used += size;
+	start_object(ra, obj);
+	return obj;
+}
+
+/* Under ra->lock (s3_get_async only queues). */
+static void start_object(struct readahead *ra, struct object *obj)
+{
+	struct s3_get_args a = {
+		.length = obj->size,
+		.if_match = obj->etag,
+		.endpoint = -1,
+		.hedge = TRUE,
+	};
+
+	ra->st.objects_fetched++;
+	s3_get_async(ra->s3, obj->key, &a, object_done, obj);
+}
+
+/*
+ * Drops announced objects that failed, or that nobody opened for a long
+ * time, so that a reader that skipped them doesn't stall the queue.  Under
+ * ra->lock.
+ */
+static void drop_stale(struct readahead *ra)
+{
+	struct object *obj;
+	gint64 now = g_get_monotonic_time();
+
+	while ((obj = g_queue_peek_head(&ra->unopened))) {
+		if (obj->state == FETCHING ||
+		    (obj->state == READY &&
+		     now - obj->ready_at < STALE_PREFETCH_US))
+			break;
+		g_queue_pop_head(&ra->unopened);
+		obj->announced = FALSE;
+		ra->st.prefetch_wasted++;
+		object_unref(obj);
+	}
+}
+
+/* Starts announced fetches while depth and memory allow.  Under lock. */
+static void pump(struct readahead *ra)
+{
+	struct announce *a;
+
+	drop_stale(ra);
+	while ((a = g_queue_peek_head(&ra->announced))) {
+		struct object *obj;
+
+		if (ra->unopened.length >= ra->o.prefetch_depth ||
+		    ra->mem_used + a->size > ra->o.memory_max)
+			break;
+		g_queue_pop_head(&ra->announced);
+		if (!g_hash_table_contains(ra->objects, a->key)) {
+			obj = object_new(ra, a->key, a->etag, a->size);
+			obj->announced = TRUE;
+			g_queue_push_tail(&ra->unopened, obj);
+		}
+		announce_free(a);
+	}
+}
+
+void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
+			guint64 size)
+{
+	struct announce *a;
+
+	if (size == 0 || size > ra->o.whole_max)
+		return;
+	a = g_new0(struct announce, 1);
+	a->key = g_strdup(key);
+	a->etag = g_strdup(etag);
+	a->size = size;
+	g_mutex_lock(&ra->lock);
+	g_queue_push_tail(&ra->announced, a);
+	pump(ra);
+	g_mutex_unlock(&ra->lock);
+}
+
+void readahead_forget_prefetches(struct readahead *ra)
+{
+	g_mutex_lock(&ra->lock);
+	g_queue_clear_full(&ra->announced, (GDestroyNotify)announce_free);
+	g_mutex_unlock(&ra->lock);
+}
+
+/* -- large objects ------------------------------------------------------ */
+
+/* Under ra->lock. */
+static void file_unref(struct ra_file *f)
+{
+	struct readahead *ra = f->ra;
+
+	if (--f->refs)
+		return;
+	if (f->obj)
+		object_unref(f->obj);
+	if (f->parts) {
+		GHashTableIter it;
+		struct part *p;
+
+		g_hash_table_iter_init(&it, f->parts);
+		while (g_hash_table_iter_next(&it, NULL, (gpointer *)&p)) {
+			if (p->data)
+				ra->mem_used -= g_bytes_get_size(p->data);
+			g_clear_pointer(&p->data, g_bytes_unref);
+			g_clear_error(&p->error);
+			g_free(p);
+		}
+		g_hash_table_unref(f->parts);
+	}
+	g_free(f->key);
+	g_free(f->etag);
+	g_free(f);
+}
+
+/* Copies the span's bytes out of its parts (one or two). Under lock. */
+static GBytes *span_bytes(struct span *s, const GError **error)
+{
+	struct ra_file *f = s->f;
+	guint64 ps = f->ra->o.part_size;
+	guint64 end = MIN(s->off + s->size, f->size);
+	guint64 first = s->off / ps, last = (end - 1) / ps, i;
+	GByteArray *out;
+
+	if (first == last) {
+		struct part *p = g_hash_table_lookup(f->parts, &first);
+
+		*error = p->error;
+		return p->error ? NULL
+				: g_bytes_new_from_bytes(p->data,
+							 s->off - first * ps,
+							 end - s->off);
+	}
+	out = g_byte_array_sized_new(end - s->off);
+	for (i = first; i <= last; i++) {
+		struct part *p = g_hash_table_lookup(f->parts, &i);
+		guint64 from = MAX(s->off, i * ps), to = MIN(end, (i + 1) * ps);
+		gsize n;
+		const guint8 *d;
+
+		if (p->error) {
+			*error = p->error;
+			g_byte_array_unref(out);
+			return NULL;
+		}
+		d = g_bytes_get_data(p->data, &n);
+		g_byte_array_append(out, d + (from - i * ps), to - from);
+	}
+	return g_byte_array_free_to_bytes(out);
+}
+
+/* Lets go of the parts @s covers (they may be freed now).  Under lock. */
+static void span_unpin(struct span *s)
+{
+	struct ra_file *f = s->f;
+	guint64 ps = f->ra->o.part_size;
+	guint64 end = MIN(s->off + s->size, f->size), i;
+
+	for (i = s->off / ps; i <= (end - 1) / ps; i++) {
+		struct part *p = g_hash_table_lookup(f->parts, &i);
+
+		g_assert(p && p->pins > 0);
+		p->pins--;
+	}
+}
+
+struct part_call {
+	struct ra_file *f;
+	struct part *p;
+};
+
+static void part_done(GBytes *data, const struct s3_object_meta *meta,
+		      const GError *error, void *user)
+{
+	struct part_call *pc = user;
+	struct ra_file *f = pc->f;
+	struct readahead *ra = f->ra;
+	GQueue ready = G_QUEUE_INIT;
+	struct span *s;
+	GList *l;
+
+	(void)meta;
+	g_mutex_lock(&ra->lock);
+	if (error) {
+		pc->p->state = FAILED;
+		pc->p->error = g_error_copy(error);
+	} else {
+		pc->p->state = READY;
+		pc->p->data = g_bytes_ref(data);
+	}
+	while ((s = g_queue_pop_head(&pc->p->spans)))
+		if (--s->pending == 0)
+			g_queue_push_tail(&ready, s);
+	/* Copy out while the parts are surely there: once the lock is
+	 * dropped, a read further on may free them. */
+	for (l = ready.head; l; l = l->next) {
+		const GError *e = NULL;
+
+		s = l->data;
+		s->data = span_bytes(s, &e);
+		s->error = e ? g_error_copy(e) : NULL;
+		span_unpin(s);
+	}
+	g_mutex_unlock(&ra->lock);
+	for (l = ready.head; l; l = l->next) {
+		s = l->data;
+		serve(s->data, s->error, 0, s->size, s->done, s->user);
+	}
+	g_mutex_lock(&ra->lock);
+	while ((s = g_queue_pop_head(&ready))) {
+		g_clear_pointer(&s->data, g_bytes_unref);
+		g_clear_error(&s->error);
+		file_unref(s->f);
+		g_free(s);
+	}
+	file_unref(f);
+	g_mutex_unlock(&ra->lock);
+	g_free(pc);
+}
+
+/* The part at @index, started if missing.  Under ra->lock. */
+static struct part *get_part(struct ra_file *f, guint64 index)
+{
+	struct readahead *ra = f->ra;
+	struct part *p = g_hash_table_lookup(f->parts, &index);
+	struct s3_get_args a = { .if_match = f->etag, .endpoint = -1 };
+	struct part_call *pc;
+
+	if (p)
+		return p;
+	p = g_new0(struct part, 1);
+	p->index = index;
+	p->state = FETCHING;
+	g_queue_init(&p->spans);
+	g_hash_table_insert(f->parts, &p->index, p);
+	a.offset = index * ra->o.part_size;
+	a.length = MIN(ra->o.part_size, f->size - a.offset);
+	ra->mem_used += a.length;
+	ra->st.parts_fetched++;
+	pc = g_new0(struct part_call, 1);
+	pc->f = f;
+	pc->p = p;
+	f->refs++;
+	s3_get_async(ra->s3, f->key, &a, part_done, pc);
+	return p;
+}
+
+/* Frees the parts wholly before @off: a sequential reader is past them. */
+static void drop_parts_before(struct ra_file *f, guint64 off)
+{
+	guint64 ps = f->ra->o.part_size;
+	GHashTableIter it;
+	struct part *p;
+
+	g_hash_table_iter_init(&it, f->parts);
+	while (g_hash_table_iter_next(&it, NULL, (gpointer *)&p)) {
+		if ((p->index + 1) * ps > off || p->state == FETCHING ||
+		    p->pins)
+			continue;
+		if (p->data)
+			f->ra->mem_used -= g_bytes_get_size(p->data);
+		g_clear_pointer(&p->data, g_bytes_unref);
+		g_clear_error(&p->error);
+		g_hash_table_iter_remove(&it);
+		g_free(p);
+	}
+}
+
+struct direct_call {
+	struct ra_file *f;
+	ra_read_fn done;
+	void *user;
+};
+
+static void direct_done(GBytes *data, const struct s3_object_meta *meta,
+			const GError *error, void *user)
+{
+	struct direct_call *dc = user;
+	struct readahead *ra = dc->f->ra;
+
+	(void)meta;
+	serve(data, error, 0, data ? g_bytes_get_size(data) : 0, dc->done,
+	      dc->user);
+	g_mutex_lock(&ra->lock);
+	file_unref(dc->f);
+	g_mutex_unlock(&ra->lock);
+	g_free(dc);
+}
+
+/* A random read: exactly the bytes asked, one GET.  Under ra->lock. */
+static void read_direct(struct ra_file *f, guint64 off, gsize size,
+			ra_read_fn done, void *user)
+{
+	struct direct_call *dc = g_new0(struct direct_call, 1);
+	struct s3_get_args a = {
+		.offset = off,
+		.length = MIN(size, f->size - off),
+		.if_match = f->etag,
+		.endpoint = -1,
+	};
+
+	dc->f = f;
+	dc->done = done;
+	dc->user = user;
+	f->refs++;
+	f->ra->st.direct_reads++;
+	s3_get_async(f->ra->s3, f->key, &a, direct_done, dc);
+}
+
+/*
+ * A sequential read: the window grows, the parts ahead are started within
+ * the memory budget, and the read waits for its own parts.  Under lock;
+ * returns a span to serve now (all its parts ready) or NULL.
+ */
+static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
+				ra_read_fn done, void *user)
+{
+	struct readahead *ra = f->ra;
+	guint64 ps = ra->o.part_size;
+	guint64 end = MIN(off + size, f->size), i;
+	struct span *s = g_new0(struct span, 1);
+
+	f->window = f->window ? MIN(f->window * 2, ra->o.window_max)
+			      : ra->o.window_min;
+	drop_parts_before(f, off);
+	s->f = f;
+	s->off = off;
+	s->size = end - off;
+	s->done = done;
+	s->user = user;
+	f->refs++;
+	for (i = off / ps; i <= (end - 1) / ps; i++) {
+		struct part *p = get_part(f, i);
+
+		p->pins++;
+		if (p->state == FETCHING) {
+			s->pending++;
+			g_queue_push_tail(&p->spans, s);
+		}
+	}
+	/* Read ahead, as far as the window and the budget allow. */
+	for (i = end / ps; i * ps < MIN(end + f->window, f->size); i++) {
+		if (g_hash_table_contains(f->parts, &i))
+			continue;
+		if (ra->mem_used + ps > ra->o.memory_max)
+			break;
+		get_part(f, i);
+	}
+	return s->pending ? NULL : s;
+}
+
+/* -- files -------------------------------------------------------------- */
+
+struct ra_file *readahead_open(struct readahead *ra, const char *key,
+			       const char *etag, guint64 size)
+{
+	struct ra_file *f = g_new0(struct ra_file, 1);
+	struct object *obj;
+
+	f->ra = ra;
+	f->key = g_strdup(key);
+	f->etag = g_strdup(etag);
+	f->size = size;
+	f->refs = 1;
+	g_mutex_lock(&ra->lock);
+	if (size > ra->o.whole_max) {
+		f->parts = g_hash_table_new(g_int64_hash, g_int64_equal);
+	} else if (size > 0) {
+		obj = g_hash_table_lookup(ra->objects, key);
+		if (obj && obj->announced) {
+			/* The announcement's reference becomes ours. */
+			obj->announced = FALSE;
+			g_queue_remove(&ra->unopened, obj);
+			ra->st.prefetch_hits++;
+		} else if (obj) {
+			obj->refs++;
+		} else {
+			obj = object_new(ra, key, etag, size);
+		}
+		f->obj = obj;
+		pump(ra);
+	}
+	g_mutex_unlock(&ra->lock);
+	return f;
+}
+
+void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
+		    void *user)
+{
+	struct readahead *ra = f->ra;
+	struct span *s = NULL;
+	GBytes *data = NULL;
+	GError *error = NULL;
+
+	if (off >= f->size || size == 0) {
+		done(NULL, 0, NULL, user);
+		return;
+	}
+	g_mutex_lock(&ra->lock);
+	if (f->obj) {
+		if (f->obj->state == FETCHING) {
+			struct waiter *w = g_new0(struct waiter, 1);
+
+			w->off = off;
+			w->size = size;
+			w->done = done;
+			w->user = user;
+			g_queue_push_tail(&f->obj->waiters, w);
+			g_mutex_unlock(&ra->lock);
+			return;
+		}
+		data = f->obj->data ? g_bytes_ref(f->obj->data) : NULL;
+		error = f->obj->error ? g_error_copy(f->obj->error) : NULL;
+		g_mutex_unlock(&ra->lock);
+		serve(data, error, off, size, done, user);
+		g_clear_pointer(&data, g_bytes_unref);
+		g_clear_error(&error);
+		return;
+	}
+	if (off + SEEK_TOLERANCE >= f->next_off &&
+	    off <= f->next_off + SEEK_TOLERANCE) {
+		s = read_window(f, off, size, done, user);
+	} else {
+		f->window = 0;
+		read_direct(f, off, size, done, user);
+	}
+	f->next_off = off + size;
+	if (s) {
+		const GError *e = NULL;
+
+		data = span_bytes(s, &e);
+		error = e ? g_error_copy(e) : NULL;
+		span_unpin(s);
+		file_unref(f);
+	}
+	g_mutex_unlock(&ra->lock);
+	if (s) {
+		serve(data, error, 0, s->size, done, user);
+		g_clear_pointer(&data, g_bytes_unref);
+		g_clear_error(&error);
+		g_free(s);
+	}
+}
+
+void readahead_release(struct ra_file *f)
+{
+	struct readahead *ra = f->ra;
+
+	g_mutex_lock(&ra->lock);
+	file_unref(f);
+	pump(ra);
+	g_mutex_unlock(&ra->lock);
+}
+
+/* -- lifecycle ---------------------------------------------------------- */
+
+struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
+{
+	struct readahead *ra = g_new0(struct readahead, 1);
+
+	ra->s3 = s3;
+	ra->o = *opts;
+	if (!ra->o.whole_max)
+		ra->o.whole_max = DEF_WHOLE_MAX;
+	if (!ra->o.window_min)
+		ra->o.window_min = DEF_WINDOW_MIN;
+	if (!ra->o.window_max)
+		ra->o.window_max = DEF_WINDOW_MAX;
+	if (!ra->o.part_size)
+		ra->o.part_size = DEF_PART_SIZE;
+	if (!ra->o.memory_max)
+		ra->o.memory_max = DEF_MEMORY_MAX;
+	if (!ra->o.prefetch_depth)
+		ra->o.prefetch_depth = DEF_PREFETCH_DEPTH;
+	ra->o.window_max = MAX(ra->o.window_max, ra->o.window_min);
+	g_mutex_init(&ra->lock);
+	ra->objects = g_hash_table_new(g_str_hash, g_str_equal);
+	g_queue_init(&ra->announced);
+	g_queue_init(&ra->unopened);
+	return ra;
+}
+
+void readahead_free(struct readahead *ra)
+{
+	struct object *obj;
+
+	if (!ra)
+		return;
+	g_mutex_lock(&ra->lock);
+	g_queue_clear_full(&ra->announced, (GDestroyNotify)announce_free);
+	while ((obj = g_queue_pop_head(&ra->unopened)))
+		if (obj->announced) {
+			obj->announced = FALSE;
+			object_unref(obj);
+		}
+	g_mutex_unlock(&ra->lock);
+	g_hash_table_unref(ra->objects);
+	g_mutex_clear(&ra->lock);
+	g_free(ra);
+}
+
+void readahead_get_stats(struct readahead *ra, struct ra_stats *out)
+{
+	g_mutex_lock(&ra->lock);
+	*out = ra->st;
+	out->memory_used = ra->mem_used;
+	out->memory_max = ra->o.memory_max;
+	out->prefetch_queued = ra->announced.length;
+	g_mutex_unlock(&ra->lock);
+}

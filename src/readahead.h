@@ -1,0 +1,111 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * readahead.h - what to fetch before it is asked for, and the buffers it
+ * lands in.
+ *
+ * Small objects (size <= whole_max) are fetched whole, with one GET, as
+ * soon as they are opened or announced (readahead_prefetch()), and every
+ * read of them is served from that buffer.  An object is fetched once
+ * while anything holds it: two opens of one key share one buffer.  Nothing
+ * is cached once the last holder lets go (the dataset is larger than RAM,
+ * and each file is read once per epoch).
+ *
+ * Large objects are read through a per-handle window: reads that follow
+ * each other (within a seek tolerance) grow the window from window_min to
+ * window_max, fetched as parts of part_size in parallel (the HTTP engine
+ * spreads them over the endpoints); any other read is one ranged GET of
+ * exactly what was asked.
+ *
+ * Memory: prefetching (announced objects and read-ahead parts) stops while
+ * the buffers held reach memory_max, and resumes as they are released;
+ * demand reads always proceed, so nothing deadlocks on the budget.
+ *
+ * Completions run on the HTTP event thread: callbacks must not block.
+ *
+ * Lock order: readahead->lock, then a file's lock is never taken under it
+ * (files are only touched by their own handle's calls and completions,
+ * under readahead->lock).
+ */
+#ifndef BUCKETFS_READAHEAD_H
+#define BUCKETFS_READAHEAD_H
+
+#include <glib.h>
+
+#include "s3.h"
+
+struct readahead;
+struct ra_file;
+
+struct ra_options {
+	guint64 whole_max;    /* fetch objects up to this whole (8 MiB) */
+	guint64 window_min;   /* first sequential window (1 MiB+128 KiB) */
+	guint64 window_max;   /* largest window (64 MiB) */
+	guint64 part_size;    /* one GET of a large object (8 MiB) */
+	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
+	guint prefetch_depth; /* announced objects fetched ahead (64) */
+};
+
+/* Counters, a snapshot.  Plain data. */
+struct ra_stats {
+	guint64 objects_fetched; /* whole-object GETs started */
+	guint64 parts_fetched;	 /* large-object part GETs started */
+	guint64 direct_reads;	 /* ranged GETs for random reads */
+	guint64 prefetch_hits;	 /* opens that found a prefetch */
+	guint64 prefetch_wasted; /* prefetches dropped unopened */
+	guint64 memory_used;	 /* bytes held in buffers now */
+	guint64 memory_max;
+	guint prefetch_queued; /* announced, not yet started */
+};
+
+/*
+ * A readahead engine reading through @s3 (borrowed; it must outlive the
+ * engine).  Zero fields of @opts take the defaults above.  Any thread.
+ */
+struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts);
+
+/* Frees; every file must have been released.  Not from a callback. */
+void readahead_free(struct readahead *ra);
+
+/*
+ * Opens @key (the full key, copied) of @size bytes whose ETag must be
+ * @etag (may be NULL: no If-Match).  A small object's whole GET starts
+ * now unless it is already held.  Any thread; never blocks.
+ */
+struct ra_file *readahead_open(struct readahead *ra, const char *key,
+			       const char *etag, guint64 size);
+
+/*
+ * Called once per readahead_read(), maybe before it returns, maybe on the
+ * HTTP event thread.  On success @data holds @len bytes (fewer than asked
+ * only at the end of the object), borrowed for the call; on failure
+ * @error holds the cause chain.
+ */
+typedef void (*ra_read_fn)(const void *data, gsize len, const GError *error,
+			   void *user);
+
+/* Reads @size bytes at @off.  Any thread; never blocks. */
+void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
+		    void *user);
+
+/*
+ * Lets go of @f; reads still in flight complete first (their callbacks
+ * still run).  Any thread.
+ */
+void readahead_release(struct ra_file *f);
+
+/*
+ * Announces that @key will be opened soon: it is fetched whole, in
+ * announcement order, keeping at most prefetch_depth announced objects
+ * fetched and unopened, within the memory budget.  Objects larger than
+ * whole_max are ignored.  Any thread; never blocks.
+ */
+void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
+			guint64 size);
+
+/* Drops every announcement not yet started.  Any thread. */
+void readahead_forget_prefetches(struct readahead *ra);
+
+/* Copies the counters.  Any thread. */
+void readahead_get_stats(struct readahead *ra, struct ra_stats *out);
+
+#endif

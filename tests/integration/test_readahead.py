@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""The readahead engine through a real mount: whole-object prefetch, large
+objects read through growing windows, random reads, listing-order and
+hinted prefetch, one fetch per object in use, the memory budget, several
+endpoints with one dead, and the live counters."""
+
+import errno
+import json
+import os
+import random
+import socket
+import subprocess
+import sys
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_mount import Mount  # noqa: E402
+
+MiB = 1 << 20
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class ReadaheadTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        import tempfile
+        cls.tmp = tempfile.mkdtemp(prefix="bfs-ra-")
+        data = os.path.join(cls.tmp, "data")
+        os.makedirs(os.path.join(data, "small"))
+        rnd = random.Random(11)
+        cls.small = {}
+        for i in range(40):
+            name = f"small/f{i:03d}.bin"
+            cls.small[name] = rnd.randbytes(rnd.randrange(1000, 400_000))
+        cls.big = rnd.randbytes(40 * MiB + 12345)
+        cls.mid = rnd.randbytes(3 * MiB)
+        for name, body in [*cls.small.items(), ("big.bin", cls.big),
+                           ("mid.bin", cls.mid)]:
+            with open(os.path.join(data, name), "wb") as f:
+                f.write(body)
+        cls.server = harness.TestServer("--bucket", f"rahead={data}")
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        subprocess.run(["rm", "-rf", cls.tmp])
+
+    def setUp(self):
+        self.server.clear_faults()
+        self.mounts = []
+
+    def tearDown(self):
+        for m in self.mounts:
+            if os.path.ismount(m.dir):
+                m.unmount()
+
+    def mount(self, *opts, endpoints=None):
+        eps = endpoints or [self.server.url]
+        log = os.path.join(self.tmp, f"m{time.monotonic_ns()}.log")
+        extra = [f"endpoint={e}" for e in eps[1:]]
+        m = Mount("s3://rahead", eps[0], os.path.join(self.tmp, "ra.idx"),
+                  *extra, *opts, log=log)
+        self.mounts.append(m)
+        return m
+
+    def gets(self):
+        return self.server.stats()["requests"]["GET"]
+
+    def stats(self, m):
+        return json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
+
+    def test_small_object_is_one_get(self):
+        m = self.mount()
+        before = self.gets()
+        with open(m.path("mid.bin"), "rb") as f:
+            got = b""
+            while chunk := f.read(128 * 1024):
+                got += chunk
+        self.assertEqual(got, self.mid)
+        self.assertEqual(self.gets() - before, 1)
+
+    def test_same_object_fetched_once_while_open(self):
+        m = self.mount()
+        before = self.gets()
+        f1 = open(m.path("small", "f001.bin"), "rb")
+        f2 = open(m.path("small", "f001.bin"), "rb", buffering=0)
+        self.assertEqual(f1.read(), self.small["small/f001.bin"])
+        os.posix_fadvise(f2.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        self.assertEqual(f2.read(), self.small["small/f001.bin"])
+        f1.close()
+        f2.close()
+        self.assertEqual(self.gets() - before, 1)
+
+    def test_large_object_sequential_windows(self):
+        m = self.mount()
+        before = self.gets()
+        r = subprocess.run(["dd", f"if={m.path('big.bin')}", "of=/dev/stdout",
+                            "bs=1M", "status=none"], capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout, self.big)
+        # 8 MiB parts: about 6 GETs, not one per 128 KiB or 1 MiB read.
+        self.assertLessEqual(self.gets() - before, 8)
+        self.assertGreater(self.stats(m)["readahead"]["parts_fetched"], 0)
+
+    def test_large_object_random_reads(self):
+        m = self.mount()
+        rnd = random.Random(5)
+        with open(m.path("big.bin"), "rb", buffering=0) as f:
+            for _ in range(60):
+                off = rnd.randrange(0, len(self.big) + 10)
+                n = rnd.choice([1, 4096, 100_000, MiB])
+                f.seek(off)
+                self.assertEqual(f.read(n), self.big[off:off + n], off)
+
+    def test_listing_order_prefetch(self):
+        m = self.mount()
+        names = sorted(self.small)
+        for n in names:
+            with open(m.path(n), "rb") as f:
+                self.assertEqual(f.read(), self.small[n])
+        st = self.stats(m)["readahead"]
+        self.assertGreater(st["prefetch_hits"], 20, st)
+
+    def test_hint_prefetches_in_order(self):
+        m = self.mount()
+        order = list(self.small)
+        random.Random(3).shuffle(order)
+        before = self.gets()
+        os.setxattr(m.dir, "user.bucketfs.prefetch",
+                    "\n".join(order[:10]).encode())
+        deadline = time.monotonic() + 10
+        while self.gets() - before < 10:
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.02)
+        for n in order[:10]:
+            with open(m.path(n), "rb") as f:
+                self.assertEqual(f.read(), self.small[n])
+        self.assertEqual(self.gets() - before, 10)
+        self.assertEqual(self.stats(m)["readahead"]["prefetch_hits"], 10)
+        # Unknown paths are ignored; other names and the tree stay
+        # read-only.
+        os.setxattr(m.dir, "user.bucketfs.prefetch", b"no/such\n")
+        with self.assertRaises(OSError) as cm:
+            os.setxattr(m.path("mid.bin"), "user.x", b"1")
+        self.assertEqual(cm.exception.errno, errno.EROFS)
+
+    def test_memory_budget_bounds_prefetch(self):
+        m = self.mount("memory_max=1000000")
+        before = self.gets()
+        os.setxattr(m.dir, "user.bucketfs.prefetch",
+                    "\n".join(sorted(self.small)).encode())
+        time.sleep(0.5)
+        st = self.stats(m)["readahead"]
+        self.assertLessEqual(st["memory_used"], 1_000_000)
+        self.assertGreater(st["prefetch_queued"], 0)
+        self.assertLess(self.gets() - before, len(self.small))
+        # Demand reads still go through.
+        with open(m.path("mid.bin"), "rb") as f:
+            self.assertEqual(f.read(), self.mid)
+
+    def test_dead_endpoint_among_several(self):
+        dead = f"http://127.0.0.1:{free_port()}"
+        m = self.mount("max_attempts=4",
+                       endpoints=[self.server.url, dead,
+                                  f"http://localhost:{self.server.port}"])
+        errors = []
+
+        def reader(names):
+            for n in names:
+                try:
+                    with open(m.path(n), "rb") as f:
+                        if f.read() != self.small[n]:
+                            errors.append(f"{n}: wrong bytes")
+                except OSError as e:
+                    errors.append(f"{n}: {e}")
+        names = sorted(self.small)
+        ts = [threading.Thread(target=reader, args=(names[i::4],))
+              for i in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        eps = {e["url"]: e for e in self.stats(m)["endpoints"]}
+        self.assertEqual(eps[dead]["bytes"], 0)
+        self.assertGreater(eps[self.server.url]["requests"], 0)
+        self.assertIn(dead, m.output())
+
+    def test_counters_summarized_at_unmount(self):
+        m = self.mount()
+        with open(m.path("mid.bin"), "rb") as f:
+            f.read()
+        st = self.stats(m)
+        self.assertEqual(len(st["endpoints"]), 1)
+        self.assertGreaterEqual(st["endpoints"][0]["requests"], 1)
+        self.assertIn("user.bucketfs.stats", os.listxattr(m.dir))
+        self.mounts.remove(m)
+        rc, status = m.unmount()
+        self.assertEqual((rc, status), (0, 0))
+        self.assertRegex(m.output(), r"endpoint http://\S+: \d+ requests")
+        self.assertIn("readahead: ", m.output())
+
+
+if __name__ == "__main__":
+    harness.main()
