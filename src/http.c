@@ -1,14 +1,23 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http.c - libcurl multi event thread, endpoints and retries.
+ * http.c - libcurl multi event thread: endpoints, budget, retries, hedges.
  *
- * Threads: http_submit() runs anywhere and only touches http->incoming
- * under http->lock.  Everything else, including every curl handle, the
- * waiting list and the endpoints' in-flight counts, belongs to the event
- * thread.
+ * Threads: http_submit() and http_queued() run anywhere and only touch
+ * http->incoming and http->ready_len under http->lock; http_get_stats()
+ * reads the endpoints' counters under http->stats_lock.  Everything else,
+ * including every curl handle, the queues, the endpoints' health and
+ * latencies, belongs to the event thread.
+ *
+ * A request runs in rounds (the "attempt k/N" of the cause chain); a round
+ * is one attempt, or two once it is hedged.  Each attempt has its own easy
+ * handle, body and headers, so the twins of a round never share state.
  */
 #include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <openssl/x509.h>
@@ -21,6 +30,11 @@
 #define DEFAULT_BODY_LIMIT (64u << 20)
 #define MAX_POLL_MS	   1000
 #define ERROR_BODY_LIMIT   (64u << 10)
+#define LATENCY_RING	   1024	 /* successful attempts kept per endpoint */
+#define HEDGE_RING	   256	 /* hedged requests kept for their p95 */
+#define TICK_US		   10000 /* the ramp-up's tick */
+#define EWMA_WEIGHT	   0.2	 /* of the newest latency */
+#define EWMA_HALF_LIFE_US  G_USEC_PER_SEC /* of a latency not renewed */
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -28,9 +42,34 @@ struct endpoint {
 	char *scheme;
 	char *host;
 	char *hostport;
-	guint inflight; /* event thread */
+
+	/* Event thread only (and the thread of http_free() after it). */
+	double ewma_us;	   /* recent attempt latency, 0 = unknown */
+	gint64 ewma_at;	   /* when it was last renewed */
+	guint streak;	   /* consecutive failures */
+	gboolean probing;  /* the probe attempt is running */
+	gint64 ejected_at; /* monotonic */
+	gint64 probe_at;   /* when the cool-off ends */
+	gint64 failed_at;  /* the last failure */
+	guint sockets;	   /* open, counted by the socket callbacks */
+
+	/* Written by the event thread, protected by http->stats_lock. */
+	guint inflight;
+	gboolean ejected;
+	guint64 requests;
+	guint64 bytes;
+	guint64 errors;
+	guint64 hedges;
+	guint64 ejections;
+	guint32 latency_us[LATENCY_RING]; /* a ring */
+	guint latency_len;
+	guint latency_pos;
 };
 
+/*
+ * GLib's futex-based GMutex is invisible to ThreadSanitizer, and these
+ * locks are taken by every submitting thread, so they are pthread mutexes.
+ */
 struct http {
 	CURLM *multi;
 	GThread *thread;
@@ -44,15 +83,54 @@ struct http {
 	double backoff_max;
 	guint max_attempts;
 	guint max_connections;
+	guint eject_after;
+	gint64 cooloff_us;
+	gint64 hedge_min_us;
+	guint ramp_per_tick;
 
-	GMutex lock;
+	pthread_mutex_t lock;
 	GQueue incoming;   /* protected by lock */
 	gboolean stopping; /* protected by lock */
+	gboolean closed;   /* protected by lock: submissions are cancelled */
+	guint ready_len;   /* protected by lock: the length of ready */
+
+	pthread_mutex_t stats_lock; /* the endpoints' counters */
 
 	/* Event thread only. */
-	GQueue waiting;	     /* requests in backoff, sorted by due_us */
-	GHashTable *running; /* struct http_request * set */
+	GQueue ready;	   /* requests waiting for a slot, FIFO */
+	GQueue waiting;	   /* requests in backoff, sorted by due_us */
+	GQueue hedge_wait; /* attempts that may be hedged, by start_us */
+	GHashTable *live;  /* every request taken and not yet done */
+	guint running;	   /* transfers running, <= max_connections */
+	guint rotate;	   /* where the next tie-break starts */
+	gint64 tick;	   /* the ramp-up's current tick */
+	guint tokens;	   /* connections still allowed in this tick */
+	gboolean ramp_blocked;
+	gboolean hedge_blocked;
+	guint32 hedge_us[HEDGE_RING]; /* a ring of hedged requests' latency */
+	guint hedge_len;
+	guint hedge_pos;
+	gint64 hedge_delay_us; /* cached */
+	gint64 hedge_due_us;   /* when to compute it again, 0 = not needed */
 	GRand *rand;
+};
+
+struct attempt {
+	struct http_request *req;
+	struct endpoint *ep;
+	CURL *easy;
+	struct curl_slist *req_headers;
+	GByteArray *body;
+	GHashTable *headers;
+	gint64 start_us;
+	guint64 received; /* body bytes, kept or not */
+	long status;
+	gboolean overflow;
+	gboolean hedge;	     /* the duplicate of its round */
+	gboolean probe;	     /* the probe of an ejected endpoint */
+	gboolean on_ejected; /* started while its endpoint was ejected */
+	GList hedge_link;    /* in http->hedge_wait when data is set */
+	char errbuf[CURL_ERROR_SIZE];
 };
 
 struct http_request {
@@ -64,6 +142,7 @@ struct http_request {
 	void *data;
 	GDestroyNotify data_free;
 	gboolean idempotent;
+	gboolean hedge;
 	gsize body_limit;
 	gsize body_reserve;
 	GBytes *upload;
@@ -71,17 +150,16 @@ struct http_request {
 	guint max_attempts; /* 0 = the engine's */
 
 	/* Event thread only, once submitted. */
-	guint attempt;
+	guint attempt; /* the round */
 	gint64 start_us;
+	gint64 round_us;
 	gint64 due_us;
-	struct endpoint *ep;
+	struct endpoint *last_ep;
 	struct endpoint *last_failed;
-	CURL *easy;
-	struct curl_slist *req_headers;
-	GByteArray *body;
-	GHashTable *headers;
-	gboolean overflow;
-	char errbuf[CURL_ERROR_SIZE];
+	struct attempt *running[2]; /* the round's primary and duplicate */
+	struct attempt *failed;	    /* finished badly while its twin runs */
+	enum http_verdict failed_verdict;
+	GError *failed_error;
 };
 
 /* -- endpoints ---------------------------------------------------------- */
@@ -150,34 +228,238 @@ static struct endpoint *endpoint_parse(const char *url, guint index,
 	return ep;
 }
 
-/*
- * Fewest requests in flight wins; the endpoint that just failed this
- * request is avoided while another one exists, so a retry goes elsewhere.
- */
-static struct endpoint *pick_endpoint(struct http *http,
-				      struct http_request *req)
+static struct endpoint *endpoint_at(struct http *http, guint i)
 {
-	guint n = http->endpoints->len;
-	guint start, i;
-	struct endpoint *best;
+	return g_ptr_array_index(http->endpoints, i);
+}
 
-	if (req->pinned >= 0)
-		return g_ptr_array_index(http->endpoints, req->pinned);
-	/* Rotate the starting point so ties spread over endpoints. */
-	start = g_rand_int_range(http->rand, 0, n);
-	best = g_ptr_array_index(http->endpoints, start);
-	if (best == req->last_failed && n > 1)
-		best = g_ptr_array_index(http->endpoints, (start + 1) % n);
-	for (i = 0; i < n; i++) {
-		struct endpoint *ep =
-			g_ptr_array_index(http->endpoints, (start + i) % n);
+static int u32_cmp(const void *a, const void *b)
+{
+	guint32 x = *(const guint32 *)a, y = *(const guint32 *)b;
 
-		if (ep == req->last_failed && n > 1)
-			continue;
-		if (ep->inflight < best->inflight)
-			best = ep;
+	return x < y ? -1 : x > y;
+}
+
+/* The nearest-rank @pct percentile of @v (sorted in place), or 0. */
+static guint32 percentile(guint32 *v, guint n, guint pct)
+{
+	guint rank;
+
+	if (!n)
+		return 0;
+	qsort(v, n, sizeof(*v), u32_cmp);
+	rank = (n * pct + 99) / 100;
+	return v[MAX(rank, 1) - 1];
+}
+
+/* -- latency and picking an endpoint ----------------------------------- */
+
+/* The smallest latency known of any endpoint, 0 when none is known. */
+static double fastest_ewma(struct http *http)
+{
+	double best = 0;
+	guint i;
+
+	for (i = 0; i < http->endpoints->len; i++) {
+		double e = endpoint_at(http, i)->ewma_us;
+
+		if (e > 0 && (best <= 0 || e < best))
+			best = e;
 	}
 	return best;
+}
+
+/* 0.5^(age / half-life) without libm: exact at whole half-lives. */
+static double fade(gint64 age_us)
+{
+	gint64 n = age_us / EWMA_HALF_LIFE_US;
+	double frac = (double)(age_us % EWMA_HALF_LIFE_US) / EWMA_HALF_LIFE_US;
+
+	if (age_us <= 0)
+		return 1;
+	if (n >= 62)
+		return 0;
+	return (1 - frac / 2) / (double)((guint64)1 << n);
+}
+
+/*
+ * The latency of @ep as the picker sees it.  Unknown counts as the
+ * fastest known; a latency that has not been renewed fades toward it, so
+ * an endpoint that one bad sample made look slow is tried again rather
+ * than starved for good.
+ */
+static double latency_now(const struct endpoint *ep, double fastest, gint64 now)
+{
+	if (ep->ewma_us <= 0)
+		return fastest;
+	return fastest + (ep->ewma_us - fastest) * fade(now - ep->ewma_at);
+}
+
+/*
+ * A new sample moves the estimate by EWMA_WEIGHT; the first one of an
+ * endpoint starts from the fastest known, so that one slow first
+ * transfer (a connect, a cold server) does not brand it slow.
+ */
+static void ewma_add(struct http *http, struct endpoint *ep, gint64 us,
+		     gint64 now)
+{
+	double fastest = fastest_ewma(http);
+	double base = fastest > 0 ? latency_now(ep, fastest, now) : (double)us;
+
+	ep->ewma_us = base + EWMA_WEIGHT * ((double)us - base);
+	ep->ewma_at = now;
+}
+
+/*
+ * The healthy endpoint other than @avoid where one more attempt expects
+ * to wait least: (inflight + 1) x recent latency.  Ties go round.
+ */
+static struct endpoint *pick_healthy(struct http *http,
+				     const struct endpoint *avoid, gint64 now)
+{
+	guint n = http->endpoints->len;
+	guint start = http->rotate++ % n, i;
+	double fastest = fastest_ewma(http), best_score = 0;
+	struct endpoint *best = NULL;
+
+	if (fastest <= 0)
+		fastest = 1;
+	for (i = 0; i < n; i++) {
+		struct endpoint *ep = endpoint_at(http, (start + i) % n);
+		double score;
+
+		if (ep->ejected || ep == avoid)
+			continue;
+		score = (ep->inflight + 1.0) * latency_now(ep, fastest, now);
+		if (!best || score < best_score) {
+			best = ep;
+			best_score = score;
+		}
+	}
+	return best;
+}
+
+/* An ejected endpoint whose cool-off is over, with no probe running. */
+static struct endpoint *probe_candidate(struct http *http, gint64 now)
+{
+	guint i;
+
+	for (i = 0; i < http->endpoints->len; i++) {
+		struct endpoint *ep = endpoint_at(http, i);
+
+		if (ep->ejected && !ep->probing && now >= ep->probe_at)
+			return ep;
+	}
+	return NULL;
+}
+
+/* With every endpoint ejected, requests still go out, spread this way. */
+static struct endpoint *least_recently_failed(struct http *http,
+					      const struct endpoint *avoid)
+{
+	struct endpoint *best = NULL;
+	guint i;
+
+	for (i = 0; i < http->endpoints->len; i++) {
+		struct endpoint *ep = endpoint_at(http, i);
+
+		if (ep == avoid && http->endpoints->len > 1)
+			continue;
+		if (!best || ep->failed_at < best->failed_at)
+			best = ep;
+	}
+	return best ? best : endpoint_at(http, 0);
+}
+
+/*
+ * Where the next round of @req goes.  A fresh request may be the probe of
+ * an ejected endpoint; *@probe says so.
+ */
+static struct endpoint *pick_endpoint(struct http *http,
+				      struct http_request *req, gint64 now,
+				      gboolean *probe)
+{
+	struct endpoint *ep;
+
+	*probe = FALSE;
+	if (req->pinned >= 0)
+		return endpoint_at(http, req->pinned);
+	if (req->attempt == 0) {
+		ep = probe_candidate(http, now);
+		if (ep) {
+			*probe = TRUE;
+			return ep;
+		}
+	}
+	ep = pick_healthy(http, req->last_failed, now);
+	if (!ep)
+		ep = pick_healthy(http, NULL, now);
+	if (!ep)
+		ep = least_recently_failed(http, req->last_failed);
+	return ep;
+}
+
+/* -- health ------------------------------------------------------------- */
+
+enum outcome {
+	OUTCOME_OK,	 /* a complete response below 500: it is alive */
+	OUTCOME_FAILED,	 /* a transport failure or a 5xx */
+	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
+};
+
+static void set_ejected(struct http *http, struct endpoint *ep,
+			gboolean ejected)
+{
+	pthread_mutex_lock(&http->stats_lock);
+	ep->ejected = ejected;
+	if (ejected)
+		ep->ejections++;
+	pthread_mutex_unlock(&http->stats_lock);
+}
+
+/*
+ * Counts one finished attempt toward its endpoint's health.  @chain is the
+ * attempt's whole cause chain, for the one warning of an ejection.
+ */
+static void health_note(struct http *http, struct attempt *a, enum outcome o,
+			const char *chain, gint64 now)
+{
+	struct endpoint *ep = a->ep;
+
+	if (o == OUTCOME_FAILED)
+		ep->failed_at = now;
+	if (!ep->ejected) {
+		if (o == OUTCOME_OK)
+			ep->streak = 0;
+		if (o != OUTCOME_FAILED || ++ep->streak < http->eject_after)
+			return;
+		ep->ejected_at = now;
+		ep->probe_at = now + http->cooloff_us;
+		set_ejected(http, ep, TRUE);
+		log_msg(LOG_LEVEL_WARNING,
+			"endpoint %s ejected after %u consecutive failures: %s",
+			ep->url, ep->streak, chain);
+		return;
+	}
+	/* Attempts started before the ejection do not decide it. */
+	if (!a->on_ejected)
+		return;
+	if (o == OUTCOME_OK) {
+		log_msg(LOG_LEVEL_NOTICE,
+			"endpoint %s re-admitted: %s answered HTTP %ld after "
+			"%.1f s ejected",
+			ep->url, a->req->what, a->status,
+			(now - ep->ejected_at) / 1e6);
+		ep->streak = 0;
+		ep->ewma_us = 0;
+		set_ejected(http, ep, FALSE);
+	} else if (o == OUTCOME_FAILED) {
+		ep->probe_at = now + http->cooloff_us;
+		if (a->probe && log_enabled(LOG_LEVEL_DEBUG))
+			log_msg(LOG_LEVEL_DEBUG,
+				"endpoint %s stays ejected, probe failed: %s",
+				ep->url, chain);
+	}
 }
 
 /* -- requests ----------------------------------------------------------- */
@@ -222,6 +504,11 @@ void http_request_set_upload(struct http_request *req, GBytes *body)
 	req->upload = body ? g_bytes_ref(body) : NULL;
 }
 
+void http_request_set_hedge(struct http_request *req, gboolean hedge)
+{
+	req->hedge = hedge;
+}
+
 void http_request_set_max_attempts(struct http_request *req, guint n)
 {
 	g_return_if_fail(n >= 1);
@@ -238,25 +525,37 @@ const char *http_request_what(const struct http_request *req)
 	return req->what;
 }
 
-static void attempt_clear(struct http_request *req)
+static void attempt_free(struct attempt *a)
 {
-	g_clear_pointer(&req->easy, curl_easy_cleanup);
-	g_clear_pointer(&req->req_headers, curl_slist_free_all);
-	g_clear_pointer(&req->body, g_byte_array_unref);
-	g_clear_pointer(&req->headers, g_hash_table_unref);
-	req->overflow = FALSE;
-	req->errbuf[0] = '\0';
+	if (!a)
+		return;
+	if (a->easy)
+		curl_easy_cleanup(a->easy);
+	if (a->req_headers)
+		curl_slist_free_all(a->req_headers);
+	if (a->body)
+		g_byte_array_unref(a->body);
+	if (a->headers)
+		g_hash_table_unref(a->headers);
+	g_free(a);
 }
 
 static void request_free(struct http_request *req)
 {
-	attempt_clear(req);
+	g_assert(!req->running[0] && !req->running[1]);
+	attempt_free(req->failed);
+	g_clear_error(&req->failed_error);
 	if (req->data_free)
 		req->data_free(req->data);
 	g_clear_pointer(&req->upload, g_bytes_unref);
 	g_free(req->method);
 	g_free(req->what);
 	g_free(req);
+}
+
+static gboolean request_running(const struct http_request *req)
+{
+	return req->running[0] || req->running[1];
 }
 
 const char *http_response_header(const struct http_response *resp,
@@ -269,38 +568,39 @@ const char *http_response_header(const struct http_response *resp,
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
-	struct http_request *req = userdata;
+	struct attempt *a = userdata;
 	size_t n = size * nmemb;
 	long status = 0;
 
-	curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+	a->received += n;
+	curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &status);
 	if (status < 200 || status >= 300) {
 		/* An error document only needs its head; never abort the
 		 * transfer for it, or the real status would be lost. */
-		if (req->body->len < ERROR_BODY_LIMIT)
+		if (a->body->len < ERROR_BODY_LIMIT)
 			g_byte_array_append(
-				req->body, (const guint8 *)ptr,
-				MIN(n, ERROR_BODY_LIMIT - req->body->len));
+				a->body, (const guint8 *)ptr,
+				MIN(n, ERROR_BODY_LIMIT - a->body->len));
 		return n;
 	}
-	if (req->body->len + n > req->body_limit) {
-		req->overflow = TRUE;
+	if (a->body->len + n > a->req->body_limit) {
+		a->overflow = TRUE;
 		return 0;
 	}
-	g_byte_array_append(req->body, (const guint8 *)ptr, n);
+	g_byte_array_append(a->body, (const guint8 *)ptr, n);
 	return n;
 }
 
 static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 {
-	struct http_request *req = userdata;
+	struct attempt *a = userdata;
 	size_t n = size * nitems;
 	const char *colon = memchr(buf, ':', n);
 	const char *v, *end = buf + n;
 
 	/* A new status line (after 100 Continue, say) starts over. */
 	if (n >= 5 && !memcmp(buf, "HTTP/", 5)) {
-		g_hash_table_remove_all(req->headers);
+		g_hash_table_remove_all(a->headers);
 		return n;
 	}
 	if (!colon)
@@ -310,49 +610,54 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	while (end > v && (end[-1] == '\r' || end[-1] == '\n' ||
 			   end[-1] == ' ' || end[-1] == '\t'))
 		end--;
-	g_hash_table_replace(req->headers, g_ascii_strdown(buf, colon - buf),
+	g_hash_table_replace(a->headers, g_ascii_strdown(buf, colon - buf),
 			     g_strndup(v, end - v));
 	return n;
 }
 
-/* -- attempts ----------------------------------------------------------- */
-
-static void finish(struct http *http, struct http_request *req,
-		   struct http_response *resp, GError *error)
+/*
+ * Sockets are counted per endpoint to tell whether a transfer can reuse an
+ * idle connection or must open one (which the ramp-up limits).  curl keeps
+ * the close callback and its data with the connection, so the endpoint,
+ * not the attempt, is their data.  The close may come from http_free()'s
+ * thread, once the event thread is gone.
+ */
+static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose,
+				    struct curl_sockaddr *addr)
 {
-	g_hash_table_remove(http->running, req);
-	req->done(req, resp, error, req->data);
-	/* done() may have stolen the body. */
-	if (resp && !resp->body)
-		req->body = NULL;
-	request_free(req);
+	struct endpoint *ep = clientp;
+	curl_socket_t fd;
+
+	(void)purpose;
+	fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC,
+		    addr->protocol);
+	if (fd != CURL_SOCKET_BAD)
+		ep->sockets++;
+	return fd;
 }
 
-static void fail_prefixed(struct http *http, struct http_request *req,
-			  struct http_response *resp, GError *error)
+static int on_close_socket(void *clientp, curl_socket_t fd)
 {
-	double elapsed = (g_get_monotonic_time() - req->start_us) / 1e6;
+	struct endpoint *ep = clientp;
 
-	if (req->ep)
-		g_prefix_error(&error,
-			       "%s via %s (attempt %u/%u, %.1f s): ", req->what,
-			       req->ep->url, req->attempt, req->max_attempts,
-			       elapsed);
-	else
-		g_prefix_error(&error, "%s: ", req->what);
-	finish(http, req, resp, error);
-	g_error_free(error);
+	if (ep->sockets > 0)
+		ep->sockets--;
+	return close(fd);
 }
 
-static void setopt_common(struct http *http, struct http_request *req,
-			  CURL *easy)
+/* -- starting attempts -------------------------------------------------- */
+
+static void setopt_common(struct http *http, struct attempt *a, CURL *easy)
 {
-	curl_easy_setopt(easy, CURLOPT_PRIVATE, req);
+	curl_easy_setopt(easy, CURLOPT_PRIVATE, a);
 	curl_easy_setopt(easy, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, req->errbuf);
+	curl_easy_setopt(easy, CURLOPT_ERRORBUFFER, a->errbuf);
 	curl_easy_setopt(easy, CURLOPT_PATH_AS_IS, 1L);
 	curl_easy_setopt(easy, CURLOPT_FOLLOWLOCATION, 0L);
 	curl_easy_setopt(easy, CURLOPT_PROTOCOLS_STR, "http,https");
+	/* One transfer per connection: the budget counts both as one. */
+	curl_easy_setopt(easy, CURLOPT_HTTP_VERSION,
+			 (long)CURL_HTTP_VERSION_1_1);
 	curl_easy_setopt(easy, CURLOPT_TCP_KEEPALIVE, 1L);
 	curl_easy_setopt(easy, CURLOPT_TCP_NODELAY, 1L);
 	curl_easy_setopt(easy, CURLOPT_USERAGENT, http->user_agent);
@@ -368,9 +673,13 @@ static void setopt_common(struct http *http, struct http_request *req,
 	if (http->ca_file)
 		curl_easy_setopt(easy, CURLOPT_CAINFO, http->ca_file);
 	curl_easy_setopt(easy, CURLOPT_WRITEFUNCTION, on_body);
-	curl_easy_setopt(easy, CURLOPT_WRITEDATA, req);
+	curl_easy_setopt(easy, CURLOPT_WRITEDATA, a);
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
-	curl_easy_setopt(easy, CURLOPT_HEADERDATA, req);
+	curl_easy_setopt(easy, CURLOPT_HEADERDATA, a);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, a->ep);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, a->ep);
 }
 
 static void setopt_method(struct http_request *req, CURL *easy)
@@ -390,42 +699,185 @@ static void setopt_method(struct http_request *req, CURL *easy)
 	}
 }
 
-static void attempt_start(struct http *http, struct http_request *req)
+/* "WHAT via ENDPOINT (attempt k/N, T s): " or "WHAT: " without endpoint. */
+static char *chain_prefix(const struct http_request *req,
+			  const struct endpoint *ep)
 {
-	g_autoptr(GString) url = NULL;
-	g_autoptr(GPtrArray) headers = g_ptr_array_new_with_free_func(g_free);
-	GError *error = NULL;
+	if (!ep)
+		return g_strdup_printf("%s: ", req->what);
+	return g_strdup_printf("%s via %s (attempt %u/%u, %.1f s): ", req->what,
+			       ep->url, req->attempt, req->max_attempts,
+			       (g_get_monotonic_time() - req->start_us) / 1e6);
+}
+
+/* Calls done() once and frees @req, and @a (whose response @resp is). */
+static void finish(struct http *http, struct http_request *req,
+		   struct attempt *a, struct http_response *resp,
+		   const GError *error)
+{
+	g_hash_table_remove(http->live, req);
+	req->done(req, resp, error, req->data);
+	/* done() may have stolen the body. */
+	if (a && resp && !resp->body)
+		a->body = NULL;
+	attempt_free(a);
+	request_free(req);
+}
+
+/* Ends @req with @error (taken), prefixed with where it happened. */
+static void fail_request(struct http *http, struct http_request *req,
+			 const struct endpoint *ep, struct attempt *a,
+			 struct http_response *resp, GError *error)
+{
+	g_autofree char *prefix = chain_prefix(req, ep);
+
+	g_prefix_error(&error, "%s", prefix);
+	finish(http, req, a, resp, error);
+	g_error_free(error);
+}
+
+static gboolean hedgeable(struct http *http, const struct http_request *req)
+{
+	return req->hedge && req->idempotent && req->pinned < 0 &&
+	       http->endpoints->len > 1;
+}
+
+static struct attempt *attempt_new(struct http *http, struct http_request *req,
+				   struct endpoint *ep, const char *url,
+				   GPtrArray *headers)
+{
+	struct attempt *a = g_new0(struct attempt, 1);
 	guint i;
 
-	req->ep = pick_endpoint(http, req);
-	req->attempt++;
-	url = g_string_new(req->ep->url);
-	if (!req->prepare(&req->ep->pub, g_get_real_time() / G_USEC_PER_SEC,
-			  url, headers, req->data, &error)) {
-		fail_prefixed(http, req, NULL, error);
-		return;
-	}
-	req->body = g_byte_array_sized_new(req->body_reserve);
-	req->headers =
+	a->req = req;
+	a->ep = ep;
+	a->body = g_byte_array_sized_new(req->body_reserve);
+	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	for (i = 0; i < headers->len; i++)
-		req->req_headers = curl_slist_append(
-			req->req_headers, g_ptr_array_index(headers, i));
+		a->req_headers = curl_slist_append(
+			a->req_headers, g_ptr_array_index(headers, i));
 	/* No "Expect: 100-continue" round trip for small PUTs. */
-	req->req_headers = curl_slist_append(req->req_headers, "Expect:");
-	req->easy = curl_easy_init();
-	if (!req->easy) {
+	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
+	a->easy = curl_easy_init();
+	if (!a->easy) {
+		attempt_free(a);
+		return NULL;
+	}
+	setopt_common(http, a, a->easy);
+	setopt_method(req, a->easy);
+	curl_easy_setopt(a->easy, CURLOPT_URL, url);
+	curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, a->req_headers);
+	return a;
+}
+
+static void attempt_register(struct http *http, struct attempt *a)
+{
+	struct http_request *req = a->req;
+	struct endpoint *ep = a->ep;
+
+	req->running[a->hedge] = a;
+	if (!a->hedge && hedgeable(http, req)) {
+		a->hedge_link.data = a;
+		g_queue_push_tail_link(&http->hedge_wait, &a->hedge_link);
+	}
+	if (a->probe)
+		ep->probing = TRUE;
+	http->running++;
+	pthread_mutex_lock(&http->stats_lock);
+	ep->inflight++;
+	ep->requests++;
+	if (a->hedge)
+		ep->hedges++;
+	pthread_mutex_unlock(&http->stats_lock);
+	curl_multi_add_handle(http->multi, a->easy);
+}
+
+/*
+ * Starts a round of @req on @ep, or its duplicate when @hedge.  A failure
+ * to prepare the primary ends the request; a duplicate is just dropped.
+ */
+static void attempt_start(struct http *http, struct http_request *req,
+			  struct endpoint *ep, gboolean hedge, gboolean probe,
+			  gint64 now)
+{
+	g_autoptr(GString) url = g_string_new(ep->url);
+	g_autoptr(GPtrArray) headers = g_ptr_array_new_with_free_func(g_free);
+	GError *error = NULL;
+	struct attempt *a;
+
+	if (!hedge) {
+		req->attempt++;
+		req->round_us = now;
+		req->last_ep = ep;
+	}
+	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
+			  headers, req->data, &error))
+		goto fail;
+	a = attempt_new(http, req, ep, url->str, headers);
+	if (!a) {
 		g_set_error(&error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
-		fail_prefixed(http, req, NULL, error);
+		goto fail;
+	}
+	a->hedge = hedge;
+	a->probe = probe;
+	a->on_ejected = ep->ejected;
+	a->start_us = now;
+	attempt_register(http, a);
+	if (hedge && log_enabled(LOG_LEVEL_DEBUG))
+		log_msg(LOG_LEVEL_DEBUG,
+			"%s: hedged on %s after %.3f s on %s (attempt %u/%u)",
+			req->what, ep->url, (now - req->round_us) / 1e6,
+			req->running[0] ? req->running[0]->ep->url : "?",
+			req->attempt, req->max_attempts);
+	return;
+fail:
+	if (!hedge) {
+		fail_request(http, req, ep, NULL, NULL, error);
 		return;
 	}
-	setopt_common(http, req, req->easy);
-	setopt_method(req, req->easy);
-	curl_easy_setopt(req->easy, CURLOPT_URL, url->str);
-	curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, req->req_headers);
-	req->ep->inflight++;
-	curl_multi_add_handle(http->multi, req->easy);
+	if (log_enabled(LOG_LEVEL_DEBUG))
+		log_msg(LOG_LEVEL_DEBUG, "%s: no hedge on %s: %s", req->what,
+			ep->url, error->message);
+	g_error_free(error);
 }
+
+/* Takes a finished or cancelled attempt off the books of the engine. */
+static void attempt_unlink(struct http *http, struct attempt *a)
+{
+	struct endpoint *ep = a->ep;
+
+	curl_multi_remove_handle(http->multi, a->easy);
+	a->req->running[a->hedge] = NULL;
+	if (a->hedge_link.data) {
+		g_queue_unlink(&http->hedge_wait, &a->hedge_link);
+		a->hedge_link.data = NULL;
+	}
+	if (a->probe)
+		ep->probing = FALSE;
+	http->running--;
+	pthread_mutex_lock(&http->stats_lock);
+	ep->inflight--;
+	ep->bytes += a->received;
+	pthread_mutex_unlock(&http->stats_lock);
+}
+
+/*
+ * Aborts a running attempt: its transfer (and connection) is dropped.  It
+ * ran at least this long, which is worth knowing when it was slow.
+ */
+static void attempt_cancel(struct http *http, struct attempt *a, gint64 now)
+{
+	gint64 took = now - a->start_us;
+	double fastest = fastest_ewma(http);
+
+	if (took > latency_now(a->ep, fastest, now))
+		ewma_add(http, a->ep, took, now);
+	attempt_unlink(http, a);
+	attempt_free(a);
+}
+
+/* -- judging attempts --------------------------------------------------- */
 
 static gboolean curl_code_is_transient(CURLcode rc)
 {
@@ -453,27 +905,27 @@ static gboolean curl_code_is_transient(CURLcode rc)
  * port 1 after 0 ms: Connection refused [os errno 111: Connection
  * refused]".
  */
-static GError *transport_error(struct http_request *req, CURLcode rc)
+static GError *transport_error(struct attempt *a, CURLcode rc)
 {
 	g_autoptr(GString) msg = g_string_new(NULL);
 	long os_errno = 0, verify = 0;
 	int code;
 
-	if (req->overflow)
+	if (a->overflow)
 		return g_error_new(BFS_ERROR, EPROTO,
 				   "response body exceeds the %" G_GSIZE_FORMAT
 				   " bytes expected",
-				   req->body_limit);
+				   a->req->body_limit);
 	g_string_printf(msg, "curl %d (%s)", rc, curl_easy_strerror(rc));
-	if (req->errbuf[0])
-		g_string_append_printf(msg, ": %s", req->errbuf);
-	curl_easy_getinfo(req->easy, CURLINFO_OS_ERRNO, &os_errno);
+	if (a->errbuf[0])
+		g_string_append_printf(msg, ": %s", a->errbuf);
+	curl_easy_getinfo(a->easy, CURLINFO_OS_ERRNO, &os_errno);
 	if (os_errno)
 		g_string_append_printf(msg, " [os errno %ld: %s]", os_errno,
 				       g_strerror((int)os_errno));
 	if ((rc == CURLE_PEER_FAILED_VERIFICATION ||
 	     rc == CURLE_SSL_CONNECT_ERROR) &&
-	    curl_easy_getinfo(req->easy, CURLINFO_SSL_VERIFYRESULT, &verify) ==
+	    curl_easy_getinfo(a->easy, CURLINFO_SSL_VERIFYRESULT, &verify) ==
 		    CURLE_OK &&
 	    verify != 0)
 		g_string_append_printf(msg, " [TLS verify result %ld: %s]",
@@ -490,6 +942,112 @@ static enum http_verdict default_judge(const struct http_response *resp,
 		return HTTP_VERDICT_DONE;
 	g_set_error(error, BFS_ERROR, EIO, "HTTP %ld", resp->status);
 	return resp->status >= 500 ? HTTP_VERDICT_RETRY : HTTP_VERDICT_FAIL;
+}
+
+/* The response of a finished attempt, borrowing from it. */
+static void response_init(struct http_response *resp, struct attempt *a)
+{
+	memset(resp, 0, sizeof(*resp));
+	resp->status = a->status;
+	resp->body = a->body;
+	resp->headers = a->headers;
+	resp->endpoint = &a->ep->pub;
+	resp->attempt = a->req->attempt;
+	resp->max_attempts = a->req->max_attempts;
+	resp->elapsed = (g_get_monotonic_time() - a->req->start_us) / 1e6;
+}
+
+static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
+				       struct http_response *resp,
+				       GError **error)
+{
+	struct http_request *req = a->req;
+
+	if (rc != CURLE_OK) {
+		*error = transport_error(a, rc);
+		return curl_code_is_transient(rc) && !a->overflow
+			       ? HTTP_VERDICT_RETRY
+			       : HTTP_VERDICT_FAIL;
+	}
+	return req->judge ? req->judge(resp, req->data, error)
+			  : default_judge(resp, error);
+}
+
+static enum outcome outcome_of(const struct attempt *a, CURLcode rc)
+{
+	if (rc != CURLE_OK)
+		return curl_code_is_transient(rc) && !a->overflow
+			       ? OUTCOME_FAILED
+			       : OUTCOME_NEUTRAL;
+	return a->status >= 500 ? OUTCOME_FAILED : OUTCOME_OK;
+}
+
+/* Counters, latency and health after @a finished with @verdict. */
+static void account(struct http *http, struct attempt *a, CURLcode rc,
+		    enum http_verdict verdict, const GError *error, gint64 now)
+{
+	struct endpoint *ep = a->ep;
+	gint64 took = now - a->start_us;
+	enum outcome o = outcome_of(a, rc);
+	g_autofree char *chain = NULL;
+
+	pthread_mutex_lock(&http->stats_lock);
+	if (verdict == HTTP_VERDICT_DONE) {
+		ep->latency_us[ep->latency_pos] =
+			(guint32)MIN(took, G_MAXUINT32);
+		ep->latency_pos = (ep->latency_pos + 1) % LATENCY_RING;
+		ep->latency_len = MIN(ep->latency_len + 1, LATENCY_RING);
+	} else {
+		ep->errors++;
+	}
+	pthread_mutex_unlock(&http->stats_lock);
+	if (verdict == HTTP_VERDICT_DONE)
+		ewma_add(http, ep, took, now);
+	if (o == OUTCOME_FAILED) {
+		g_autofree char *prefix = chain_prefix(a->req, ep);
+
+		if (error)
+			chain = g_strconcat(prefix, error->message, NULL);
+		else
+			chain = g_strdup_printf("%sHTTP %ld", prefix,
+						a->status);
+	}
+	health_note(http, a, o, chain, now);
+}
+
+/* -- ending rounds ------------------------------------------------------ */
+
+static void hedge_sample(struct http *http, gint64 us)
+{
+	http->hedge_us[http->hedge_pos] = (guint32)MIN(us, G_MAXUINT32);
+	http->hedge_pos = (http->hedge_pos + 1) % HEDGE_RING;
+	http->hedge_len = MIN(http->hedge_len + 1, HEDGE_RING);
+	if (!http->hedge_due_us)
+		http->hedge_due_us = g_get_monotonic_time() + TICK_US;
+}
+
+/* @a was judged DONE: its twin, if any, loses. */
+static void round_won(struct http *http, struct attempt *a,
+		      struct http_response *resp, gint64 now)
+{
+	struct http_request *req = a->req;
+	guint i;
+
+	for (i = 0; i < G_N_ELEMENTS(req->running); i++) {
+		struct attempt *twin = req->running[i];
+
+		if (!twin)
+			continue;
+		if (log_enabled(LOG_LEVEL_DEBUG))
+			log_msg(LOG_LEVEL_DEBUG,
+				"%s: %s answered first; cancelling the "
+				"attempt on %s",
+				req->what, a->ep->url, twin->ep->url);
+		attempt_cancel(http, twin, now);
+	}
+	if (req->hedge)
+		hedge_sample(http, now - req->round_us);
+	finish(http, req, a, resp, NULL);
 }
 
 /* Full jitter: a uniform wait in [0, min(max, base * 2^(attempt-1))]. */
@@ -509,93 +1067,250 @@ static gint waiting_cmp(gconstpointer a, gconstpointer b, gpointer data)
 	return x->due_us < y->due_us ? -1 : x->due_us > y->due_us;
 }
 
-static void schedule_retry(struct http *http, struct http_request *req,
+static void schedule_retry(struct http *http, struct attempt *a,
 			   const GError *error)
 {
+	struct http_request *req = a->req;
 	gint64 wait = backoff_us(http, req->attempt);
 
-	if (log_enabled(LOG_LEVEL_DEBUG))
-		log_msg(LOG_LEVEL_DEBUG,
-			"%s via %s (attempt %u/%u, %.1f s): %s; retrying in "
-			"%.2f s",
-			req->what, req->ep->url, req->attempt,
-			req->max_attempts,
-			(g_get_monotonic_time() - req->start_us) / 1e6,
+	if (log_enabled(LOG_LEVEL_DEBUG)) {
+		g_autofree char *prefix = chain_prefix(req, a->ep);
+
+		log_msg(LOG_LEVEL_DEBUG, "%s%s; retrying in %.2f s", prefix,
 			error->message, wait / 1e6);
-	req->last_failed = req->ep;
+	}
+	req->last_failed = a->ep;
 	req->due_us = g_get_monotonic_time() + wait;
-	attempt_clear(req);
+	attempt_free(a);
 	g_queue_insert_sorted(&http->waiting, req, waiting_cmp, NULL);
 }
 
-static void attempt_done(struct http *http, struct http_request *req,
-			 CURLcode rc)
+/*
+ * Keeps the failure of @a (@error taken) in its request, to report should
+ * the round end without a winner.  Of two, a FAIL verdict is final and
+ * outweighs a RETRY; otherwise the later one is kept.
+ */
+static void keep_failure(struct attempt *a, enum http_verdict verdict,
+			 GError *error)
 {
-	struct http_response resp = { 0 };
-	enum http_verdict verdict;
-	GError *error = NULL;
+	struct http_request *req = a->req;
 
-	curl_multi_remove_handle(http->multi, req->easy);
-	req->ep->inflight--;
-	resp.body = req->body;
-	resp.headers = req->headers;
-	resp.endpoint = &req->ep->pub;
-	resp.attempt = req->attempt;
-	resp.max_attempts = req->max_attempts;
-	resp.elapsed = (g_get_monotonic_time() - req->start_us) / 1e6;
-	if (rc != CURLE_OK) {
-		error = transport_error(req, rc);
-		verdict = curl_code_is_transient(rc) && !req->overflow
-				  ? HTTP_VERDICT_RETRY
-				  : HTTP_VERDICT_FAIL;
-	} else {
-		curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE,
-				  &resp.status);
-		verdict = req->judge ? req->judge(&resp, req->data, &error)
-				     : default_judge(&resp, &error);
-	}
-	if (verdict == HTTP_VERDICT_DONE) {
-		g_clear_error(&error);
-		finish(http, req, &resp, NULL);
-		return;
-	}
-	if (!error)
-		error = g_error_new(BFS_ERROR, EIO,
-				    "HTTP %ld rejected without a reason",
-				    resp.status);
-	if (verdict == HTTP_VERDICT_RETRY && req->idempotent &&
-	    req->attempt < req->max_attempts) {
-		schedule_retry(http, req, error);
+	if (req->failed && req->failed_verdict == HTTP_VERDICT_FAIL &&
+	    verdict != HTTP_VERDICT_FAIL) {
+		attempt_free(a);
 		g_error_free(error);
 		return;
 	}
-	fail_prefixed(http, req, &resp, error);
+	attempt_free(req->failed);
+	g_clear_error(&req->failed_error);
+	req->failed = a;
+	req->failed_verdict = verdict;
+	req->failed_error = error;
 }
 
-/* -- the event thread --------------------------------------------------- */
+/* The round of @a's request is over and no attempt won: retry or fail. */
+static void round_lost(struct http *http, struct attempt *a,
+		       enum http_verdict verdict, GError *error)
+{
+	struct http_request *req = a->req;
+	struct http_response resp;
 
-static void take_incoming(struct http *http)
+	if (req->failed) {
+		keep_failure(a, verdict, error);
+		a = g_steal_pointer(&req->failed);
+		verdict = req->failed_verdict;
+		error = g_steal_pointer(&req->failed_error);
+	}
+	if (verdict == HTTP_VERDICT_RETRY && req->idempotent &&
+	    req->attempt < req->max_attempts) {
+		schedule_retry(http, a, error);
+		g_error_free(error);
+		return;
+	}
+	response_init(&resp, a);
+	fail_request(http, req, a->ep, a, &resp, error);
+}
+
+static void attempt_done(struct http *http, struct attempt *a, CURLcode rc)
+{
+	struct http_request *req = a->req;
+	struct http_response resp;
+	enum http_verdict verdict;
+	GError *error = NULL;
+	gint64 now = g_get_monotonic_time();
+
+	attempt_unlink(http, a);
+	if (rc == CURLE_OK)
+		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &a->status);
+	response_init(&resp, a);
+	verdict = judge_attempt(a, rc, &resp, &error);
+	if (verdict != HTTP_VERDICT_DONE && !error)
+		error = g_error_new(BFS_ERROR, EIO,
+				    "HTTP %ld rejected without a reason",
+				    a->status);
+	account(http, a, rc, verdict, error, now);
+	if (verdict == HTTP_VERDICT_DONE) {
+		g_clear_error(&error);
+		round_won(http, a, &resp, now);
+	} else if (request_running(req)) {
+		if (log_enabled(LOG_LEVEL_DEBUG)) {
+			g_autofree char *prefix = chain_prefix(req, a->ep);
+
+			log_msg(LOG_LEVEL_DEBUG,
+				"%s%s; its twin is still running", prefix,
+				error->message);
+		}
+		keep_failure(a, verdict, error);
+	} else {
+		round_lost(http, a, verdict, error);
+	}
+}
+
+/* -- scheduling --------------------------------------------------------- */
+
+/* Whether a transfer to @ep must open a connection (no idle one left). */
+static gboolean needs_connection(const struct endpoint *ep)
+{
+	return ep->sockets <= ep->inflight;
+}
+
+static void ramp_refill(struct http *http, gint64 now)
+{
+	gint64 tick = now / TICK_US;
+	double n;
+
+	if (tick == http->tick)
+		return;
+	http->tick = tick;
+	n = http->ramp_per_tick * g_rand_double_range(http->rand, 0.5, 1.5);
+	http->tokens = MAX(1, (guint)(n + 0.5));
+}
+
+/* Whether a transfer to @ep may start now; takes a token if it must. */
+static gboolean ramp_allows(struct http *http, const struct endpoint *ep)
+{
+	if (!needs_connection(ep))
+		return TRUE;
+	if (!http->tokens) {
+		http->ramp_blocked = TRUE;
+		return FALSE;
+	}
+	http->tokens--;
+	return TRUE;
+}
+
+static void publish_ready_len(struct http *http)
+{
+	pthread_mutex_lock(&http->lock);
+	http->ready_len = http->ready.length;
+	pthread_mutex_unlock(&http->lock);
+}
+
+static void take_incoming(struct http *http, gint64 now)
 {
 	GQueue batch = G_QUEUE_INIT;
 	struct http_request *req;
 
-	g_mutex_lock(&http->lock);
+	pthread_mutex_lock(&http->lock);
 	batch = http->incoming;
 	g_queue_init(&http->incoming);
-	g_mutex_unlock(&http->lock);
+	http->ready_len += batch.length;
+	pthread_mutex_unlock(&http->lock);
 	while ((req = g_queue_pop_head(&batch))) {
-		req->start_us = g_get_monotonic_time();
-		g_hash_table_add(http->running, req);
-		attempt_start(http, req);
+		req->start_us = now;
+		g_hash_table_add(http->live, req);
+		g_queue_push_tail(&http->ready, req);
 	}
 }
 
-static void start_due(struct http *http, gint64 now)
+static void take_due(struct http *http, gint64 now)
 {
 	struct http_request *req;
 
 	while ((req = g_queue_peek_head(&http->waiting)) && req->due_us <= now)
-		attempt_start(http, g_queue_pop_head(&http->waiting));
+		g_queue_push_tail(&http->ready,
+				  g_queue_pop_head(&http->waiting));
+}
+
+/* Starts queued rounds, first come first served, within the budget. */
+static void start_ready(struct http *http, gint64 now)
+{
+	struct http_request *req;
+
+	while ((req = g_queue_peek_head(&http->ready)) &&
+	       http->running < http->max_connections) {
+		gboolean probe;
+		struct endpoint *ep = pick_endpoint(http, req, now, &probe);
+
+		if (!ramp_allows(http, ep))
+			break;
+		g_queue_pop_head(&http->ready);
+		attempt_start(http, req, ep, FALSE, probe, now);
+	}
+	publish_ready_len(http);
+}
+
+/*
+ * The p95 is sorted afresh at most once a tick, not per sample, once the
+ * ring holds enough samples for that to cost anything.
+ */
+static gint64 hedge_delay(struct http *http, gint64 now)
+{
+	guint32 v[HEDGE_RING];
+
+	if (http->hedge_due_us &&
+	    (now >= http->hedge_due_us || http->hedge_len < 32)) {
+		http->hedge_due_us = 0;
+		memcpy(v, http->hedge_us, http->hedge_len * sizeof(v[0]));
+		http->hedge_delay_us =
+			MAX(http->hedge_min_us,
+			    (gint64)percentile(v, http->hedge_len, 95));
+	}
+	return http->hedge_delay_us;
+}
+
+/* Duplicates the attempts that have run too long, if there is room. */
+static void start_hedges(struct http *http, gint64 now)
+{
+	gint64 delay;
+	GList *l;
+
+	if (!http->hedge_wait.length)
+		return;
+	delay = hedge_delay(http, now);
+	while ((l = http->hedge_wait.head)) {
+		struct attempt *a = l->data;
+		struct endpoint *ep;
+
+		if (a->start_us + delay > now)
+			break;
+		/* Queued requests have waited longer than any hedge. */
+		if (http->running >= http->max_connections ||
+		    http->ready.length) {
+			http->hedge_blocked = TRUE;
+			break;
+		}
+		ep = pick_healthy(http, a->ep, now);
+		if (ep && !ramp_allows(http, ep))
+			break;
+		g_queue_unlink(&http->hedge_wait, l);
+		l->data = NULL;
+		if (ep)
+			attempt_start(http, a->req, ep, TRUE, FALSE, now);
+	}
+}
+
+static void schedule(struct http *http)
+{
+	gint64 now = g_get_monotonic_time();
+
+	http->ramp_blocked = FALSE;
+	http->hedge_blocked = FALSE;
+	take_incoming(http, now);
+	take_due(http, now);
+	ramp_refill(http, now);
+	start_ready(http, now);
+	start_hedges(http, now);
 }
 
 static void reap(struct http *http)
@@ -604,56 +1319,96 @@ static void reap(struct http *http)
 	int left;
 
 	while ((msg = curl_multi_info_read(http->multi, &left))) {
-		struct http_request *req = NULL;
+		struct attempt *a = NULL;
 
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE,
-				  (char **)&req);
-		attempt_done(http, req, msg->data.result);
+				  (char **)&a);
+		attempt_done(http, a, msg->data.result);
 	}
 }
 
-static int poll_timeout_ms(struct http *http, gint64 now)
+static gint64 until(gint64 due, gint64 now)
 {
+	return MAX(0, (due - now + 999) / 1000);
+}
+
+static int poll_timeout_ms(struct http *http)
+{
+	gint64 now = g_get_monotonic_time();
 	long curl_ms = -1;
-	long ms = MAX_POLL_MS;
+	gint64 ms = MAX_POLL_MS;
 	struct http_request *next = g_queue_peek_head(&http->waiting);
+	struct attempt *hedge = g_queue_peek_head(&http->hedge_wait);
 
 	curl_multi_timeout(http->multi, &curl_ms);
 	if (curl_ms >= 0 && curl_ms < ms)
 		ms = curl_ms;
 	if (next)
-		ms = MIN(ms, MAX(0, (next->due_us - now + 999) / 1000));
+		ms = MIN(ms, until(next->due_us, now));
+	if (http->ramp_blocked)
+		ms = MIN(ms, until((http->tick + 1) * TICK_US, now));
+	/* A hedge held back by the budget waits for a transfer to end. */
+	if (hedge && !http->hedge_blocked)
+		ms = MIN(ms,
+			 until(hedge->start_us + hedge_delay(http, now), now));
 	return (int)ms;
 }
 
-static void cancel_all(struct http *http)
+/* -- shutdown ----------------------------------------------------------- */
+
+static GError *cancelled_error(void)
 {
-	g_autoptr(GPtrArray) all = g_ptr_array_new();
-	GHashTableIter it;
-	gpointer key;
-	struct http_request *req;
+	return g_error_new(BFS_ERROR, ECANCELED,
+			   "cancelled: the HTTP engine is shutting down");
+}
+
+static void request_cancel(struct http *http, struct http_request *req)
+{
+	gint64 now = g_get_monotonic_time();
 	guint i;
 
-	g_mutex_lock(&http->lock);
-	while ((req = g_queue_pop_head(&http->incoming)))
-		g_hash_table_add(http->running, req);
-	g_mutex_unlock(&http->lock);
-	g_queue_clear(&http->waiting);
-	g_hash_table_iter_init(&it, http->running);
-	while (g_hash_table_iter_next(&it, &key, NULL))
-		g_ptr_array_add(all, key);
-	for (i = 0; i < all->len; i++) {
-		req = g_ptr_array_index(all, i);
-		if (req->easy)
-			curl_multi_remove_handle(http->multi, req->easy);
-		fail_prefixed(http, req, NULL,
-			      g_error_new(BFS_ERROR, ECANCELED,
-					  "cancelled: the HTTP engine is "
-					  "shutting down"));
+	for (i = 0; i < G_N_ELEMENTS(req->running); i++)
+		if (req->running[i])
+			attempt_cancel(http, req->running[i], now);
+	fail_request(http, req, req->last_ep, NULL, NULL, cancelled_error());
+}
+
+/*
+ * Cancels every request; done() may submit more, which are cancelled in
+ * turn until none is left, and later submissions are refused.
+ */
+static void cancel_all(struct http *http)
+{
+	for (;;) {
+		g_autoptr(GPtrArray) all = g_ptr_array_new();
+		GHashTableIter it;
+		gpointer key;
+		struct http_request *req;
+		gboolean empty;
+		guint i;
+
+		pthread_mutex_lock(&http->lock);
+		while ((req = g_queue_pop_head(&http->incoming)))
+			g_hash_table_add(http->live, req);
+		empty = !g_hash_table_size(http->live);
+		http->closed = empty;
+		http->ready_len = 0;
+		pthread_mutex_unlock(&http->lock);
+		if (empty)
+			break;
+		g_queue_clear(&http->ready);
+		g_queue_clear(&http->waiting);
+		g_hash_table_iter_init(&it, http->live);
+		while (g_hash_table_iter_next(&it, &key, NULL))
+			g_ptr_array_add(all, key);
+		for (i = 0; i < all->len; i++)
+			request_cancel(http, g_ptr_array_index(all, i));
 	}
 }
+
+/* -- the event thread --------------------------------------------------- */
 
 static gpointer event_thread(gpointer data)
 {
@@ -662,20 +1417,19 @@ static gpointer event_thread(gpointer data)
 
 	for (;;) {
 		gboolean stop;
-		gint64 now;
 
-		g_mutex_lock(&http->lock);
+		pthread_mutex_lock(&http->lock);
 		stop = http->stopping;
-		g_mutex_unlock(&http->lock);
+		pthread_mutex_unlock(&http->lock);
 		if (stop)
 			break;
-		take_incoming(http);
-		start_due(http, g_get_monotonic_time());
+		schedule(http);
 		curl_multi_perform(http->multi, &still);
 		reap(http);
-		now = g_get_monotonic_time();
-		curl_multi_poll(http->multi, NULL, 0,
-				poll_timeout_ms(http, now), NULL);
+		/* Slots freed by reap() are filled before sleeping. */
+		schedule(http);
+		curl_multi_poll(http->multi, NULL, 0, poll_timeout_ms(http),
+				NULL);
 	}
 	cancel_all(http);
 	return NULL;
@@ -684,6 +1438,29 @@ static gpointer event_thread(gpointer data)
 /* -- public ------------------------------------------------------------- */
 
 static gsize curl_once;
+
+static void http_set_options(struct http *http, const struct http_options *o)
+{
+	http->ca_file = g_strdup(o->ca_file);
+	http->user_agent = g_strdup(
+		o->user_agent ? o->user_agent : "bucketfs/" BUCKETFS_VERSION);
+	http->connect_timeout =
+		o->connect_timeout > 0 ? o->connect_timeout : 10;
+	http->stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 30;
+	http->request_timeout = o->request_timeout;
+	http->backoff_base = o->backoff_base > 0 ? o->backoff_base : 0.1;
+	http->backoff_max = o->backoff_max > 0 ? o->backoff_max : 20;
+	http->max_attempts = MAX(1, o->max_attempts);
+	http->max_connections = MAX(1, o->max_connections);
+	http->eject_after = o->eject_after ? o->eject_after : 5;
+	http->cooloff_us =
+		(gint64)((o->eject_cooloff > 0 ? o->eject_cooloff : 5) *
+			 G_USEC_PER_SEC);
+	http->hedge_min_us =
+		(gint64)((o->hedge_min_delay > 0 ? o->hedge_min_delay : 0.05) *
+			 G_USEC_PER_SEC);
+	http->ramp_per_tick = o->ramp_per_tick ? o->ramp_per_tick : 16;
+}
 
 struct http *http_new(const struct http_options *opts, GError **error)
 {
@@ -704,6 +1481,12 @@ struct http *http_new(const struct http_options *opts, GError **error)
 		g_once_init_leave(&curl_once, 1);
 	}
 	http = g_new0(struct http, 1);
+	pthread_mutex_init(&http->lock, NULL);
+	pthread_mutex_init(&http->stats_lock, NULL);
+	g_queue_init(&http->incoming);
+	g_queue_init(&http->ready);
+	g_queue_init(&http->waiting);
+	g_queue_init(&http->hedge_wait);
 	http->endpoints = g_ptr_array_new_with_free_func(endpoint_free);
 	for (i = 0; opts->endpoints[i]; i++) {
 		struct endpoint *ep =
@@ -713,30 +1496,18 @@ struct http *http_new(const struct http_options *opts, GError **error)
 			goto fail;
 		g_ptr_array_add(http->endpoints, ep);
 	}
-	http->ca_file = g_strdup(opts->ca_file);
-	http->user_agent =
-		g_strdup(opts->user_agent ? opts->user_agent
-					  : "bucketfs/" BUCKETFS_VERSION);
-	http->connect_timeout =
-		opts->connect_timeout > 0 ? opts->connect_timeout : 10;
-	http->stall_timeout =
-		opts->stall_timeout > 0 ? opts->stall_timeout : 30;
-	http->request_timeout = opts->request_timeout;
-	http->backoff_base = opts->backoff_base > 0 ? opts->backoff_base : 0.1;
-	http->backoff_max = opts->backoff_max > 0 ? opts->backoff_max : 20;
-	http->max_attempts = MAX(1, opts->max_attempts);
-	http->max_connections = MAX(1, opts->max_connections);
+	http_set_options(http, opts);
 	http->rand = g_rand_new();
-	http->running = g_hash_table_new(NULL, NULL);
-	g_mutex_init(&http->lock);
-	g_queue_init(&http->incoming);
-	g_queue_init(&http->waiting);
+	http->live = g_hash_table_new(NULL, NULL);
+	http->tick = -1;
+	http->hedge_delay_us = http->hedge_min_us;
 	http->multi = curl_multi_init();
 	if (!http->multi) {
 		g_set_error(error, BFS_ERROR, EIO, "curl_multi_init failed");
 		goto fail;
 	}
-	/* Beyond the budget, curl queues transfers instead of connecting. */
+	/* The budget already holds transfers back; these keep curl from
+	 * opening more sockets than that, and keep idle ones for reuse. */
 	curl_multi_setopt(http->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
 			  (long)http->max_connections);
 	curl_multi_setopt(http->multi, CURLMOPT_MAXCONNECTS,
@@ -753,20 +1524,61 @@ void http_free(struct http *http)
 	if (!http)
 		return;
 	if (http->thread) {
-		g_mutex_lock(&http->lock);
+		pthread_mutex_lock(&http->lock);
 		http->stopping = TRUE;
-		g_mutex_unlock(&http->lock);
+		pthread_mutex_unlock(&http->lock);
 		curl_multi_wakeup(http->multi);
 		g_thread_join(http->thread);
 	}
+	/* Closes the idle connections, through on_close_socket(). */
 	g_clear_pointer(&http->multi, curl_multi_cleanup);
-	g_clear_pointer(&http->running, g_hash_table_unref);
+	g_clear_pointer(&http->live, g_hash_table_unref);
 	g_clear_pointer(&http->rand, g_rand_free);
 	g_ptr_array_unref(http->endpoints);
-	g_mutex_clear(&http->lock);
+	pthread_mutex_destroy(&http->lock);
+	pthread_mutex_destroy(&http->stats_lock);
 	g_free(http->ca_file);
 	g_free(http->user_agent);
 	g_free(http);
+}
+
+void http_get_stats(struct http *http, struct http_endpoint_stats *out)
+{
+	g_autofree guint32 *lat = g_new(guint32, LATENCY_RING);
+	guint i;
+
+	g_return_if_fail(http && out);
+	for (i = 0; i < http->endpoints->len; i++) {
+		struct endpoint *ep = endpoint_at(http, i);
+		struct http_endpoint_stats *o = &out[i];
+		guint n;
+
+		memset(o, 0, sizeof(*o));
+		g_strlcpy(o->url, ep->url, sizeof(o->url));
+		pthread_mutex_lock(&http->stats_lock);
+		o->requests = ep->requests;
+		o->bytes = ep->bytes;
+		o->errors = ep->errors;
+		o->hedges = ep->hedges;
+		o->ejections = ep->ejections;
+		o->inflight = ep->inflight;
+		o->ejected = ep->ejected;
+		n = ep->latency_len;
+		memcpy(lat, ep->latency_us, n * sizeof(lat[0]));
+		pthread_mutex_unlock(&http->stats_lock);
+		o->p50_ms = percentile(lat, n, 50) / 1000.0;
+		o->p99_ms = percentile(lat, n, 99) / 1000.0;
+	}
+}
+
+guint http_queued(struct http *http)
+{
+	guint n;
+
+	pthread_mutex_lock(&http->lock);
+	n = http->incoming.length + http->ready_len;
+	pthread_mutex_unlock(&http->lock);
+	return n;
 }
 
 guint http_endpoint_count(const struct http *http)
@@ -781,12 +1593,26 @@ guint http_max_attempts(const struct http *http)
 
 void http_submit(struct http *http, struct http_request *req)
 {
+	gboolean closed;
+
 	g_return_if_fail(http && req);
 	g_return_if_fail(req->pinned < (int)http->endpoints->len);
 	if (!req->max_attempts || req->max_attempts > http->max_attempts)
 		req->max_attempts = http->max_attempts;
-	g_mutex_lock(&http->lock);
-	g_queue_push_tail(&http->incoming, req);
-	g_mutex_unlock(&http->lock);
-	curl_multi_wakeup(http->multi);
+	pthread_mutex_lock(&http->lock);
+	closed = http->closed;
+	if (!closed)
+		g_queue_push_tail(&http->incoming, req);
+	pthread_mutex_unlock(&http->lock);
+	if (!closed) {
+		curl_multi_wakeup(http->multi);
+		return;
+	}
+	{
+		g_autoptr(GError) error = cancelled_error();
+
+		g_prefix_error(&error, "%s: ", req->what);
+		req->done(req, NULL, error, req->data);
+		request_free(req);
+	}
 }

@@ -10,10 +10,11 @@
  *
  * What happens to a request:
  *
+ *   it waits in the engine's FIFO queue for a transfer slot (see "Budget");
  *   for attempt = 1 .. max_attempts:
- *       pick an endpoint (fewest requests in flight, not the one that just
- *       failed), call prepare() to get the URL and headers (so the caller can
- *       sign for that endpoint and that moment), run the transfer;
+ *       pick an endpoint (see "Endpoints"), call prepare() to get the URL
+ *       and headers (so the caller can sign for that endpoint and that
+ *       moment), run the transfer;
  *       a transport failure (connect, timeout, reset, truncated body) is
  *       judged here; a complete response is judged by judge();
  *       HTTP_VERDICT_DONE ends the request, HTTP_VERDICT_FAIL ends it with
@@ -21,13 +22,55 @@
  *       an exponential backoff with full jitter.
  *   done(request, response, error) is called exactly once.
  *
+ * Endpoints.  Each endpoint keeps an EWMA of the latency of its recent
+ * successful attempts; an attempt goes to the healthy endpoint with the
+ * smallest (attempts in flight + 1) x EWMA (an endpoint without a latency
+ * yet counts as the fastest known one; ties rotate).  A latency that is not
+ * renewed fades toward the fastest known one (half-life 1 s), so an
+ * endpoint that looked slow for a moment gets tried again.  A retry avoids
+ * the endpoint that just failed it while another healthy one exists.  A
+ * request pinned to an endpoint (http_request_pin_endpoint()) always goes
+ * there, and is never hedged.
+ *
+ * Health.  eject_after consecutive failures of an endpoint (connect
+ * refused or timed out, reset, timeout, or HTTP 5xx) eject it: no new
+ * attempt goes there while another endpoint is healthy, and one warning
+ * names the endpoint and the cause chain of the failure that ejected it.
+ * After eject_cooloff seconds the first request to come along is sent
+ * there as the one probe; its success re-admits the endpoint (a notice),
+ * its failure starts the cool-off again.  With every endpoint ejected,
+ * requests still go out, each to the endpoint that failed least recently,
+ * so they fail (or succeed) in bounded time rather than stall.
+ *
+ * Hedging.  A request with http_request_set_hedge() whose attempt has run
+ * longer than max(hedge_min_delay, p95 of recent hedged requests) gets a
+ * duplicate attempt on another healthy endpoint, at most one per attempt
+ * round, when a transfer slot is free and no request is queued.  The first
+ * attempt judged DONE wins; the other is cancelled (its transfer
+ * aborted).  A failed attempt whose twin still runs neither retries nor
+ * ends the request: the retry rules apply once no attempt of the round is
+ * left; a FAIL verdict then outweighs a RETRY one.
+ *
+ * Budget.  At most max_connections transfers run at once; the others wait
+ * in the engine's FIFO queue (http_queued()) and never fail for want of a
+ * slot.  Transfers speak HTTP/1.1, one per connection, and curl holds at
+ * most max_connections connections (idle ones stay cached and warm with
+ * TCP keepalive), so the engine holds at most max_connections sockets,
+ * plus curl's wakeup pair and, while a host name is being resolved, the
+ * resolver's pair.  Sized within the process's descriptor limit, the
+ * engine therefore never makes the process see EMFILE.  New connections
+ * are rate-limited: at most ramp_per_tick (+-50% jitter) are opened per
+ * 10 ms tick, so a cold pool warms up instead of sending a burst of
+ * connects; a transfer that can reuse an idle connection is not limited.
+ *
  * The final error is the cause chain "WHAT via ENDPOINT (attempt k/N, T s):
  * CAUSE", where WHAT is the request's description (e.g. "GET
  * s3://bucket/key") and CAUSE what the transport or judge() reported.
- * Retries are logged at debug level.
+ * Retries and hedges are logged at debug level.
  *
- * Lock order: http->lock is a leaf lock; callbacks are never called with it
- * held.
+ * Lock order: http->lock (the submission queue) and http->stats_lock (the
+ * counters) are leaf locks, never held together; callbacks are never called
+ * with either held.
  */
 #ifndef BUCKETFS_HTTP_H
 #define BUCKETFS_HTTP_H
@@ -45,10 +88,45 @@ struct http_options {
 	double stall_timeout;	/* seconds without a byte moving */
 	double request_timeout; /* seconds per attempt, 0 = none */
 	guint max_attempts;	/* >= 1 */
-	guint max_connections;	/* >= 1: sockets the engine may hold */
+	guint max_connections;	/* >= 1: transfers and sockets at once */
 	double backoff_base;	/* seconds, first retry's cap (0 = 0.1) */
 	double backoff_max;	/* seconds, cap of any one wait (0 = 20) */
 	const char *user_agent; /* NULL = "bucketfs/VERSION" */
+
+	/* Endpoint health: a streak of this many transport failures or 5xx
+	 * ejects an endpoint (0 = 5); after eject_cooloff seconds (0 = 5) one
+	 * probe request may re-admit it. */
+	guint eject_after;
+	double eject_cooloff;
+	/* Hedging: a hedged request still running after the recent p95
+	 * latency of hedged requests, and at least hedge_min_delay seconds
+	 * (0 = 0.05), is duplicated on another endpoint; the first complete
+	 * answer wins and the other is cancelled. */
+	double hedge_min_delay;
+	/* Ramp-up: new connections opened per 10 ms tick (0 = 16), with
+	 * +-50% jitter, so a cold start never opens max_connections sockets
+	 * at once. */
+	guint ramp_per_tick;
+};
+
+/*
+ * Counters of one endpoint since the engine started: a snapshot, plain
+ * data.  Latencies are of recent successful (DONE) attempts, a window of
+ * the last 1024, from the start of the attempt to its completion; 0 when
+ * there is none yet.  A hedge's loser, cancelled, counts as neither
+ * success nor error.
+ */
+struct http_endpoint_stats {
+	char url[256];
+	guint64 requests;  /* attempts started */
+	guint64 bytes;	   /* response body bytes received */
+	guint64 errors;	   /* attempts that failed (transport or judged) */
+	guint64 hedges;	   /* duplicates started here (also in requests) */
+	guint64 ejections; /* times ejected */
+	guint inflight;	   /* attempts running now */
+	gboolean ejected;  /* now */
+	double p50_ms;
+	double p99_ms;
 };
 
 /* An endpoint as prepare() sees it. Borrowed for the duration of the call. */
@@ -121,10 +199,25 @@ typedef void (*http_done_fn)(struct http_request *req,
 struct http *http_new(const struct http_options *opts, GError **error);
 
 /*
- * Stops the event thread, cancels every queued or running request (done()
- * is called with ECANCELED) and frees the engine.  Not from a callback.
+ * Stops the event thread, cancels every request, queued, in backoff,
+ * running or hedged (done() is called once each, with ECANCELED, on the
+ * calling thread) and frees the engine.  Not from a callback.
  */
 void http_free(struct http *http);
+
+/*
+ * Copies the counters of every endpoint into @out, which holds
+ * http_endpoint_count() elements, in the order of http_options.endpoints.
+ * Any thread, including callbacks; takes http->stats_lock.
+ */
+void http_get_stats(struct http *http, struct http_endpoint_stats *out);
+
+/*
+ * Requests submitted but not yet started, waiting for a transfer slot
+ * (beyond the connection budget) or for the ramp-up.  Requests waiting out
+ * a retry's backoff are not counted.  Any thread; takes http->lock.
+ */
+guint http_queued(struct http *http);
 
 /* Number of endpoints.  Any thread. */
 guint http_endpoint_count(const struct http *http);
@@ -156,6 +249,17 @@ void http_request_set_body_limit(struct http_request *req, gsize limit,
 /* A request body for PUT; @body is referenced.  */
 void http_request_set_upload(struct http_request *req, GBytes *body);
 
+/*
+ * Allows hedging this request (see "Hedging" above and
+ * http_options.hedge_min_delay).  Only for idempotent requests whose
+ * response is small; ignored for pinned or non-idempotent ones.  prepare()
+ * and judge() run for every attempt, the duplicate included (one at a
+ * time, on the event thread), and the last judge() before a successful
+ * done() is the winner's; done() still runs once.  Any thread, before
+ * http_submit().
+ */
+void http_request_set_hedge(struct http_request *req, gboolean hedge);
+
 /* Caps this request's attempts below the engine's max_attempts (>= 1). */
 void http_request_set_max_attempts(struct http_request *req, guint n);
 
@@ -167,7 +271,8 @@ const char *http_request_what(const struct http_request *req);
 
 /*
  * Queues @req (ownership passes to the engine; it is freed after done()).
- * Any thread, including callbacks.
+ * Any thread, including callbacks.  Once http_free() has begun, @req is
+ * cancelled at once: done() runs on the calling thread with ECANCELED.
  */
 void http_submit(struct http *http, struct http_request *req);
 
