@@ -232,20 +232,6 @@ static gboolean parse_args(struct mount *m, int argc, char **argv,
 
 /* -- the index ---------------------------------------------------------- */
 
-static void show_progress(const struct lister_progress *p, void *user)
-{
-	const char *what = user;
-	double rate = p->elapsed > 0 ? p->keys / p->elapsed : 0;
-
-	fprintf(stderr,
-		"\r%s: %" G_GUINT64_FORMAT " objects listed, %.0f/s, "
-		"%.1f s, %u range%s ",
-		what, p->keys, rate, p->elapsed, p->ranges,
-		p->ranges == 1 ? "" : "s");
-	if (p->done)
-		fputc('\n', stderr);
-}
-
 /* Lists the bucket into a new index at m->index_path. */
 static gboolean build_index(struct mount *m, struct s3 *s3,
 			    gboolean interactive, GError **error)
@@ -259,7 +245,7 @@ static gboolean build_index(struct mount *m, struct s3 *s3,
 	double secs;
 
 	if (interactive && isatty(STDERR_FILENO)) {
-		o.progress = show_progress;
+		o.progress = lister_progress_print;
 		o.user = what;
 	}
 	if (!lister_build(s3, m->cfg.prefix, m->index_path, &o, &st, error))

@@ -426,6 +426,20 @@ static gboolean plan(struct job *job, guint workers, GError **error)
 	return split_ranges(job, 1 + workers * 2, error);
 }
 
+void lister_progress_print(const struct lister_progress *p, void *user)
+{
+	const char *what = user;
+	double rate = p->elapsed > 0 ? p->keys / p->elapsed : 0;
+
+	fprintf(stderr,
+		"\r%s: %" G_GUINT64_FORMAT " objects listed, %.0f/s, "
+		"%.1f s, %u range%s ",
+		what, p->keys, rate, p->elapsed, p->ranges,
+		p->ranges == 1 ? "" : "s");
+	if (p->done)
+		fputc('\n', stderr);
+}
+
 gboolean lister_build(struct s3 *s3, const char *prefix, const char *path,
 		      const struct lister_options *opts,
 		      struct index_stats *stats, GError **error)

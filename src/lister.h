@@ -33,6 +33,13 @@ struct lister_progress {
  */
 typedef void (*lister_progress_fn)(const struct lister_progress *p, void *user);
 
+/*
+ * A progress callback for terminals: rewrites one stderr line, "@user:
+ * N objects listed, R/s, T s, K ranges", where @user is a const char *
+ * label; ends the line at the final call.
+ */
+void lister_progress_print(const struct lister_progress *p, void *user);
+
 struct lister_options {
 	guint workers;	 /* parallel listings; 0 = 4 x endpoints, <= 32 */
 	guint page_size; /* max-keys; 0 = 1000 */

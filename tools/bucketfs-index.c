@@ -32,18 +32,6 @@ struct tool {
 	gboolean quiet;
 };
 
-static void progress(const struct lister_progress *p, void *user)
-{
-	(void)user;
-	fprintf(stderr,
-		"\rlisted %" G_GUINT64_FORMAT " objects, %.0f/s, "
-		"%.1f s, %u range%s ",
-		p->keys, p->elapsed > 0 ? p->keys / p->elapsed : 0, p->elapsed,
-		p->ranges, p->ranges == 1 ? "" : "s");
-	if (p->done)
-		fputc('\n', stderr);
-}
-
 static void print_stats(const char *path, const struct index_stats *s)
 {
 	char when[64] = "?";
@@ -90,8 +78,10 @@ static int cmd_build(struct tool *t)
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);
 		return 1;
 	}
-	if (!t->quiet && isatty(STDERR_FILENO))
-		o.progress = progress;
+	if (!t->quiet && isatty(STDERR_FILENO)) {
+		o.progress = lister_progress_print;
+		o.user = "listing";
+	}
 	ok = lister_build(s3, t->cfg.prefix, t->path, &o, &s, &error);
 	s3_free(s3);
 	if (!ok) {

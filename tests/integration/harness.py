@@ -13,6 +13,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import time
@@ -46,6 +47,28 @@ def client_env(**extra):
                 "AWS_CONFIG_FILE": "/nonexistent"})
     env.update(extra)
     return env
+
+
+def free_port():
+    """A loopback port nothing listens on (for dead-endpoint tests)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def stop_process(proc, timeout=30):
+    """SIGTERM, then SIGKILL after @timeout; closes its stdout pipe."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    if proc.stdout:
+        proc.stdout.close()
 
 
 def _wait_line(proc, pattern, what, timeout=20):
@@ -98,14 +121,7 @@ class TestServer:
         return self.control("GET", "stats")
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
+        stop_process(self.proc)
 
 
 def s3rver_path():
@@ -141,14 +157,7 @@ class S3rver:
         self.url = f"http://127.0.0.1:{self.port}"
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.proc.stdout.close()
+        stop_process(self.proc)
         shutil.rmtree(self.dir, ignore_errors=True)
 
 

@@ -7,7 +7,6 @@ import errno
 import os
 import random
 import shutil
-import socket
 import sys
 import tempfile
 import unittest
@@ -239,10 +238,7 @@ class ClientTest(unittest.TestCase):
         self.assertIn(b"(attempt 1/10", r.stderr)
 
     def test_connection_refused(self):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-        s.close()
+        port = harness.free_port()
         r = self.get("hello.txt", opts=["max_attempts=2"],
                      endpoint=f"http://127.0.0.1:{port}")
         self.assertEqual(r.returncode, errno.EIO, r.stderr)

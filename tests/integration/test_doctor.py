@@ -4,21 +4,12 @@ its cause and fix, and the exit status says whether all passed."""
 
 import os
 import shutil
-import socket
 import tempfile
 import sys
 import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class DoctorTest(unittest.TestCase):
@@ -51,7 +42,7 @@ class DoctorTest(unittest.TestCase):
         self.assertIn("✓ all ", out)
 
     def test_dead_endpoint(self):
-        port = free_port()
+        port = harness.free_port()
         rc, out, err = self.doc("-o", f"endpoint=http://127.0.0.1:{port}",
                                 "s3://dset")
         self.assertEqual(rc, 1, out + err)
@@ -65,7 +56,7 @@ class DoctorTest(unittest.TestCase):
         self.assertRegex(out, r"✗ \d+ of \d+ checks failed")
 
     def test_one_of_two_endpoints_dead(self):
-        port = free_port()
+        port = harness.free_port()
         rc, out, _ = self.doc("-o", f"endpoint={self.server.url}",
                               "-o", f"endpoint=http://127.0.0.1:{port}",
                               "s3://dset")

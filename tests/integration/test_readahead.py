@@ -8,7 +8,6 @@ import errno
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import threading
@@ -20,14 +19,6 @@ import harness  # noqa: E402
 from test_mount import Mount  # noqa: E402
 
 MiB = 1 << 20
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 class ReadaheadTest(unittest.TestCase):
@@ -169,7 +160,7 @@ class ReadaheadTest(unittest.TestCase):
             self.assertEqual(f.read(), self.mid)
 
     def test_dead_endpoint_among_several(self):
-        dead = f"http://127.0.0.1:{free_port()}"
+        dead = f"http://127.0.0.1:{harness.free_port()}"
         m = self.mount("max_attempts=4",
                        endpoints=[self.server.url, dead,
                                   f"http://localhost:{self.server.port}"])

@@ -23,7 +23,10 @@ SigV4 header and query (presigned) authentication, AWS-shaped error XML, and
 keys of arbitrary bytes, ordered by their bytes as S3 orders them.
 
 Content and ETags:
-  * file-backed objects serve the file's bytes; ETag = MD5 of the served bytes.
+  * file-backed objects serve the file's bytes; ETag = MD5 of the served bytes,
+    or with --etag-style nginx the ETag nginx gives the same file,
+    "<hex mtime seconds>-<hex size>", so that nginx serving DIR can answer the
+    GETs (with If-Match) of clients that listed through this server.
   * overlay (PUT) objects serve what was PUT; ETag = MD5 of the served bytes.
   * synthetic objects serve bytes that are a deterministic function of
     (bucket, key, generation, offset): 64 KiB blocks copied from a fixed
@@ -393,15 +396,20 @@ _md5_cache = {}   # (path, size, mtime_ns, ino, gen) -> hex
 
 
 class FileObject(StoredObject):
-    __slots__ = ("path", "gen", "_cache_key")
+    __slots__ = ("path", "gen", "_cache_key", "etag_style")
 
-    def __init__(self, key, path, st, gen):
+    def __init__(self, key, path, st, gen, etag_style="md5"):
         super().__init__(key, st.st_size, st.st_mtime, "application/octet-stream")
         self.path = path
         self.gen = gen
+        self.etag_style = etag_style
         self._cache_key = (path, st.st_size, st.st_mtime_ns, st.st_ino, gen)
 
     def etag(self):
+        if self.etag_style == "nginx":
+            # nginx's ETag for a static file; a mutated object must differ.
+            etag = "%x-%x" % (int(self.mtime), self.size)
+            return etag if not self.gen else "%s-g%d" % (etag, self.gen)
         etag = _md5_cache.get(self._cache_key)
         if etag is None:
             digest = hashlib.md5()
@@ -595,8 +603,9 @@ class DirBucket(Bucket):
 
     kind = "directory"
 
-    def __init__(self, name, root):
+    def __init__(self, name, root, etag_style="md5"):
         super().__init__(name)
+        self.etag_style = etag_style     # "md5" or "nginx" (see FileObject.etag)
         self.root = os.fsencode(os.path.abspath(root))
         if not os.path.isdir(self.root):
             raise ValueError("not a directory: %s" % root)
@@ -637,11 +646,12 @@ class DirBucket(Bucket):
             return None
         if not stat.S_ISREG(st.st_mode):
             return None
-        return FileObject(key, path, st, gen)
+        return FileObject(key, path, st, gen, self.etag_style)
 
     def describe(self):
         return {"name": self.name, "kind": self.kind,
-                "root": os.fsdecode(self.root), "keys": len(self._keys)}
+                "root": os.fsdecode(self.root), "keys": len(self._keys),
+                "etag_style": self.etag_style}
 
 
 class SyntheticKeys:
@@ -2026,6 +2036,9 @@ def build_parser():
                    help="socket timeout in seconds for idle keep-alive, body reads and writes")
     p.add_argument("--backlog", type=int, default=1024, help="listen backlog (default 1024)")
     p.add_argument("--quiet", action="store_true", help="do not log each request to stderr")
+    p.add_argument("--etag-style", choices=("md5", "nginx"), default="md5",
+                   help="ETag of --bucket files: md5 of the bytes (default), or nginx's "
+                        "\"<hex mtime>-<hex size>\" so nginx can serve the same directory")
     return p
 
 
@@ -2048,6 +2061,8 @@ def main(argv=None):
     args = build_parser().parse_args(argv)
     if bool(args.tls_cert) != bool(args.tls_key):
         build_parser().error("--tls-cert and --tls-key go together")
+    for b in args.bucket:
+        b.etag_style = args.etag_style
     buckets = args.bucket + args.synthetic
     names = [b.name for b in buckets]
     if len(set(names)) != len(names):
@@ -2085,4 +2100,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    rc = main()
+    # Daemon threads (clients mid-request, stalled by a fault) can hang
+    # interpreter finalization; nothing is left to clean up here.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(rc)

@@ -256,7 +256,7 @@ class Server:
         assert status == 200, body
         return body
 
-    def stop(self, timeout=10):
+    def stop(self, timeout=30):
         self.proc.send_signal(signal.SIGTERM)
         try:
             rc = self.proc.wait(timeout)
@@ -1263,6 +1263,35 @@ class TestOtherServers(unittest.TestCase):
         self.assertEqual(r.status, 200)
         r = c.request("GET", "s", query=[("location", "")])
         self.assertIn(b">eu-central-1<", r.body)
+        c.close()
+        self.assertEqual(srv.stop(), 0)
+
+    def test_etag_style_nginx(self):
+        tmp = tempfile.mkdtemp()
+        self.addCleanup(shutil.rmtree, tmp)
+        os.makedirs(os.path.join(tmp, "d", "sub"))
+        files = {"a.bin": b"x" * 322624, "sub/b.txt": b"hello\n"}
+        for name, data in files.items():
+            path = os.path.join(tmp, "d", name)
+            with open(path, "wb") as f:
+                f.write(data)
+            os.utime(path, (1700000000.75, 1700000000.75))
+        srv = self.start("--bucket", "d=" + os.path.join(tmp, "d"), "--etag-style", "nginx")
+        c = S3Client(srv.port)
+        root = c.list("d")
+        listed = {c_.find(NS + "Key").text: c_.find(NS + "ETag").text
+                  for c_ in root.findall(NS + "Contents")}
+        want = {name: '"%x-%x"' % (1700000000, len(data)) for name, data in files.items()}
+        self.assertEqual(listed, want)
+        self.assertEqual(want["a.bin"], '"6553f100-4ec40"')
+        r = c.get("d", "a.bin", headers={"If-Match": want["a.bin"]})
+        self.assertEqual((r.status, r.headers["etag"], r.body),
+                         (200, want["a.bin"], files["a.bin"]))
+        self.assertEqual(c.get("d", "a.bin", headers={"If-Match": '"0-0"'}).status, 412)
+        status, body = srv.control("GET", "buckets")
+        self.assertEqual(body[0]["etag_style"], "nginx")
+        self.assertEqual(srv.control("POST", "mutate", {"bucket": "d", "key": "a.bin"})[0], 200)
+        self.assertNotEqual(c.get("d", "a.bin").headers["etag"], want["a.bin"])
         c.close()
         self.assertEqual(srv.stop(), 0)
 
