@@ -210,10 +210,15 @@ static char *find_cut(struct job *job, const struct range *r, GError **error)
 	return NULL;
 }
 
-/* Splits the last range until there are @want ranges or it can't. */
+/*
+ * Splits the ranges after the first (plan() has listed that one already)
+ * until there are @want or none can be cut.
+ */
 static gboolean split_ranges(struct job *job, guint want, GError **error)
 {
 	guint i = job->ranges->len - 1;
+
+	g_assert(i >= 1);
 
 	while (job->ranges->len < want && i < job->ranges->len) {
 		struct range *r = g_ptr_array_index(job->ranges, i);
@@ -230,7 +235,7 @@ static gboolean split_ranges(struct job *job, guint want, GError **error)
 		r->upto = g_steal_pointer(&cut);
 		/* Halve the two halves in turn: breadth first. */
 		if (i + 2 >= job->ranges->len)
-			i = 0;
+			i = 1;
 		else
 			i += 2;
 	}

@@ -111,9 +111,30 @@ class MountTest(unittest.TestCase):
                                         "--bucket",
                                         f"hup={cls.mkdir('hup-data')}",
                                         "--bucket",
-                                        f"age={cls.mkdir('age-data')}")
+                                        f"age={cls.mkdir('age-data')}",
+                                        "--bucket",
+                                        f"deep={cls.deep_tree()}")
         for k, v in TREE_KEYS.items():
             harness.put_object(cls.server.url, "tree", k, v)
+
+    @classmethod
+    def deep_tree(cls):
+        """4 levels x fan-out 6 x 4 files: 5,184 keys, several listing
+        pages, so the parallel lister cuts the key space."""
+        root = cls.mkdir("deep-data")
+        cls.deep = {}
+        for a in range(6):
+            for b in range(6):
+                for c in range(6):
+                    for d in range(6):
+                        path = f"d{a}/e{b}/f{c}/g{d}"
+                        os.makedirs(os.path.join(root, path))
+                        for i in range(4):
+                            key = f"{path}/k{i}.txt"
+                            cls.deep[key] = key.encode()
+                            with open(os.path.join(root, key), "wb") as f:
+                                f.write(key.encode())
+        return root
 
     @classmethod
     def mkdir(cls, name):
@@ -248,6 +269,16 @@ class MountTest(unittest.TestCase):
             os.rmdir(mnt)
 
     # -- the index -------------------------------------------------------
+
+    def test_parallel_listing_of_a_deep_tree(self):
+        idx = self.index("deep")
+        m = self.mount("s3://deep", idx, "list_workers=4")
+        self.assertEqual(walk(m.dir), self.deep)
+        self.unmount(m)
+        r = harness.run([harness.binary("bucketfs-index"), "verify", "-o",
+                         f"endpoint={self.server.url},index={idx}",
+                         "s3://deep"])
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     def test_metadata_sends_no_request_and_index_persists(self):
         idx = self.index("syn")
