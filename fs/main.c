@@ -576,9 +576,10 @@ int main(int argc, char **argv)
 	index_unref(idx);
 	rc = serve(&m, se, fs);
 out:
+	/* Replies of cancelled reads still need the session: fs first. */
+	fs_free(fs);
 	if (se)
 		fuse_session_destroy(se);
-	fs_free(fs);
 	fuse_opt_free_args(&args);
 	log_shutdown();
 	g_ptr_array_unref(m.fuse_opts);
