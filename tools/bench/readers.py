@@ -1,0 +1,198 @@
+"""DLIO-style readers: P processes (optionally each with T threads) doing
+open(path, 'rb').read() on disjoint shares of a file list, all released at
+once by a barrier; per-file latency and completion times come back to the
+parent.
+
+Three shapes:
+  read_all(paths, procs)                   every file once (one epoch)
+  read_for(paths, procs, seconds)          loop until a deadline, dropping each
+                                           file from the page cache after
+                                           reading it (posix_fadvise DONTNEED),
+                                           so every read reaches the daemon
+  read_all(paths, procs, threads=T)        procs x T concurrent readers
+"""
+
+import array
+import math
+import multiprocessing
+import os
+import random
+import signal
+import threading
+import time
+
+CTX = multiprocessing.get_context("fork")
+
+
+def percentile(sorted_vals, q):
+    """Nearest-rank percentile of an already sorted list."""
+    if not sorted_vals:
+        return None
+    k = max(1, math.ceil(q / 100.0 * len(sorted_vals)))
+    return sorted_vals[min(k, len(sorted_vals)) - 1]
+
+
+def _read_one(path, expect, fadvise):
+    t0 = time.monotonic()
+    err = None
+    n = 0
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+            n = len(data)
+            if fadvise:
+                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+        if expect is not None and n != expect(path):
+            err = "short read: %d bytes" % n
+    except OSError as exc:
+        err = "%s: %s" % (type(exc).__name__, exc.strerror or exc)
+    t1 = time.monotonic()
+    return t0, t1, n, err
+
+
+def _child(share, threads, barrier, conn, expect, deadline_s, fadvise):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)   # not run.py's handlers
+    lat = array.array("d")
+    ends = array.array("d")
+    nbytes = [0]
+    errors = []
+    lock = threading.Lock()
+    go = threading.Event()
+    t_start = [0.0]
+
+    def work(paths):
+        go.wait()
+        my_lat, my_ends, my_bytes, my_err = array.array("d"), array.array("d"), 0, []
+        if deadline_s is None:
+            for p in paths:
+                t0, t1, n, err = _read_one(p, expect, fadvise)
+                my_lat.append(t1 - t0)
+                my_ends.append(t1)
+                my_bytes += n
+                if err:
+                    my_err.append((t1, p, err))
+        else:
+            end = t_start[0] + deadline_s
+            i = 0
+            while paths:
+                p = paths[i % len(paths)]
+                i += 1
+                t0, t1, n, err = _read_one(p, expect, fadvise)
+                if t1 > end:
+                    break
+                my_lat.append(t1 - t0)
+                my_ends.append(t1)
+                my_bytes += n
+                if err:
+                    my_err.append((t1, p, err))
+        with lock:
+            lat.extend(my_lat)
+            ends.extend(my_ends)
+            nbytes[0] += my_bytes
+            errors.extend(my_err)
+
+    if threads == 1:
+        barrier.wait()
+        t_start[0] = time.monotonic()
+        go.set()
+        work(share)
+    else:
+        threading.stack_size(256 * 1024)
+        ts = [threading.Thread(target=work, args=(share[i::threads],), daemon=True)
+              for i in range(threads)]
+        for t in ts:
+            t.start()
+        barrier.wait()
+        t_start[0] = time.monotonic()
+        go.set()
+        for t in ts:
+            t.join()
+    conn.send((t_start[0], lat.tobytes(), ends.tobytes(), nbytes[0], errors[:1000],
+               len(errors)))
+    conn.close()
+
+
+class ReadTimeout(RuntimeError):
+    pass
+
+
+def _run(paths, procs, threads=1, seed=0, expect=None, seconds=None, fadvise=False,
+         during=None, timeout=None):
+    order = list(paths)
+    random.Random(seed).shuffle(order)
+    shares = [order[i::procs] for i in range(procs)]
+    barrier = CTX.Barrier(procs + 1)
+    children = []
+    try:
+        for share in shares:
+            r, w = CTX.Pipe(duplex=False)
+            p = CTX.Process(target=_child, args=(share, threads, barrier, w, expect,
+                                                 seconds, fadvise))
+            p.start()
+            w.close()
+            children.append((p, r))
+        barrier.wait()
+        extra = during(time.monotonic()) if during else None
+        lat, ends, nbytes, errors, nerr = array.array("d"), array.array("d"), 0, [], 0
+        starts = []
+        deadline = time.monotonic() + timeout if timeout else None
+        for p, r in children:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not r.poll(left):
+                raise ReadTimeout("the readers had not finished after %d s (cut off)" % timeout)
+            try:
+                st, lb, eb, nb, er, ne = r.recv()
+            except EOFError:
+                raise RuntimeError("reader process %d died (exit %s)" % (p.pid, p.exitcode))
+            starts.append(st)
+            lat.frombytes(lb)
+            ends.frombytes(eb)
+            nbytes += nb
+            errors += er
+            nerr += ne
+        for p, _ in children:
+            p.join()
+    finally:
+        for p, r in children:
+            if p.is_alive():
+                p.terminate()
+                p.join(5)
+            r.close()
+    # The clock starts when the first reader leaves the barrier (the parent
+    # may be scheduled much later on a busy machine).
+    t_start = min(starts)
+    t_end = max(ends) if ends else time.monotonic()
+    wall = seconds if seconds else t_end - t_start
+    s = sorted(lat)
+    nfiles = len(lat)
+    return {
+        "files": nfiles, "bytes": nbytes, "wall_s": wall,
+        "files_s": nfiles / wall if wall > 0 else 0.0,
+        "mb_s": nbytes / wall / 1e6 if wall > 0 else 0.0,
+        "p50_ms": percentile(s, 50) * 1e3 if s else None,
+        "p99_ms": percentile(s, 99) * 1e3 if s else None,
+        "max_ms": s[-1] * 1e3 if s else None,
+        "errors": nerr, "error_samples": [(round(t - t_start, 3), p, e) for t, p, e in errors[:20]],
+        "error_times": sorted(t - t_start for t, _, _ in errors),
+        "ends": sorted(t - t_start for t in ends),
+        "t_start": t_start, "during": extra,
+    }
+
+
+def read_all(paths, procs, threads=1, seed=0, expect=None, during=None, timeout=None):
+    return _run(paths, procs, threads, seed, expect, None, False, during, timeout)
+
+
+def read_for(paths, procs, seconds, seed=0, expect=None, during=None):
+    return _run(paths, procs, 1, seed, expect, seconds, True, during, seconds * 4 + 120)
+
+
+def per_second(ends, seconds):
+    """Completions per 1-second bin, [0, seconds)."""
+    bins = [0] * int(math.ceil(seconds))
+    for t in ends:
+        i = int(t)
+        if 0 <= i < len(bins):
+            bins[i] += 1
+    return bins

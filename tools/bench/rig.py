@@ -1,0 +1,681 @@
+"""The benchmark rig: datasets, the 4 nginx endpoints, the test S3 server
+for listings, and mounts (bucketfs, s3fs, rclone) that are always taken
+down again.
+
+Everything started here is a child process in its own session (so a Ctrl-C
+on the terminal reaches run.py only), is remembered in a Cleanup stack, and
+is stopped by its PID; every mount is unmounted with fusermount3 -u.
+"""
+
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SRC = os.path.dirname(os.path.dirname(HERE))
+BUILD = os.environ.get("BFS_BUILD_DIR", os.path.join(SRC, "build"))
+S3SERVER = os.path.join(SRC, "tests", "s3server", "s3server.py")
+AK = "bucketfs-test"
+SK = "bucketfs-test-secret"
+RETINA_SIZE = 322_624
+
+T0 = time.monotonic()
+
+
+def log(msg):
+    """A progress line on stderr."""
+    t = time.monotonic() - T0
+    sys.stderr.write("[%4d:%02d] %s\n" % (t // 60, t % 60, msg))
+    sys.stderr.flush()
+
+
+_SNAPSHOT = {}
+
+
+def snapshot_binaries(names=("bucketfs", "bucketfs-index")):
+    """Copies the binaries under test to a private directory, so that a
+    rebuild in the tree during the run cannot swap or remove them midway."""
+    d = tempfile.mkdtemp(prefix="bfs-bench-bin-", dir="/var/tmp")
+    CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
+    with open(os.path.join(d, "run.pid"), "w") as f:
+        f.write("%d\n" % os.getpid())
+    for n in names:
+        src = binary(n)
+        dst = os.path.join(d, n)
+        shutil.copy2(src, dst)
+        _SNAPSHOT[n] = (dst, src)
+    return d
+
+
+def binary(name):
+    if name in _SNAPSHOT:
+        return _SNAPSHOT[name][0]
+    for sub in ("fs", "tools", ""):
+        p = os.path.join(BUILD, sub, name)
+        if os.path.exists(p):
+            return p
+    raise FileNotFoundError("%s is not built under %s" % (name, BUILD))
+
+
+def client_env(**extra):
+    """The environment for S3 clients: the test credentials, nothing else
+    from AWS_* (AWS_CA_BUNDLE in particular breaks rclone on plain http)."""
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("AWS_") or k == "S3_ENDPOINT_URIS")}
+    env.update({"AWS_ACCESS_KEY_ID": AK, "AWS_SECRET_ACCESS_KEY": SK,
+                "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
+                "AWS_CONFIG_FILE": "/nonexistent"})
+    env.update(extra)
+    return env
+
+
+# --------------------------------------------------------------------------
+# Cleanup: a stack of undo actions, run on every exit path
+
+
+class Cleanup:
+    def __init__(self):
+        self.stack = []
+
+    def push(self, what, fn):
+        self.stack.append((what, fn))
+        return fn
+
+    def remove(self, fn):
+        self.stack = [(w, f) for (w, f) in self.stack if f is not fn]
+
+    def run(self):
+        while self.stack:
+            what, fn = self.stack.pop()
+            try:
+                fn()
+            except Exception as exc:   # keep undoing the rest
+                log("cleanup: %s: %s" % (what, exc))
+
+
+CLEANUP = Cleanup()
+
+
+def stop_process(proc, name, sig=signal.SIGTERM, timeout=15):
+    """Stops one child by its PID: sig, then SIGKILL after timeout."""
+    if proc.poll() is not None:
+        return proc.returncode
+    try:
+        os.kill(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        log("%s (pid %d) did not exit on signal %d; SIGKILL" % (name, proc.pid, sig))
+        os.kill(proc.pid, signal.SIGKILL)
+        return proc.wait()
+
+
+def drop_caches():
+    """sync; echo 3 > /proc/sys/vm/drop_caches (root only)."""
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def can_drop_caches():
+    return os.geteuid() == 0 and os.access("/proc/sys/vm/drop_caches", os.W_OK)
+
+
+# --------------------------------------------------------------------------
+# Datasets (kept under the cache directory, reused when complete)
+
+
+class Dataset:
+    """One bucket: a directory CACHE/buckets/NAME served by nginx and listed
+    by the test S3 server.  meta/NAME.json marks it complete."""
+
+    def __init__(self, cache, name):
+        self.cache = cache
+        self.name = name
+        self.dir = os.path.join(cache, "buckets", name)
+        self.meta_path = os.path.join(cache, "meta", name + ".json")
+        self.meta = None
+        self.files = []     # relative keys
+
+    def load(self):
+        try:
+            with open(self.meta_path) as f:
+                self.meta = json.load(f)
+        except (OSError, ValueError):
+            return False
+        return self.meta.get("complete") is True and os.path.isdir(self.dir)
+
+    def save(self, **meta):
+        os.makedirs(os.path.dirname(self.meta_path), exist_ok=True)
+        self.meta = dict(meta, complete=True, name=self.name)
+        tmp = self.meta_path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.meta, f)
+        os.replace(tmp, self.meta_path)
+
+    def start_fresh(self):
+        if os.path.exists(self.meta_path):
+            os.unlink(self.meta_path)
+        shutil.rmtree(self.dir, ignore_errors=True)
+        os.makedirs(self.dir)
+
+    def paths(self):
+        return [os.path.join(self.dir, k) for k in self.files]
+
+    def total_bytes(self):
+        return self.meta["bytes"]
+
+
+def _write_random_files(jobs):
+    for path, size in jobs:
+        with open(path, "wb") as f:
+            left = size
+            while left:
+                n = min(left, 8 << 20)
+                f.write(os.urandom(n))
+                left -= n
+
+
+def _parallel_write(jobs, procs=2):
+    """Writes (path, size) random files with a few processes."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    shares = [jobs[i::procs] for i in range(procs)]
+    ps = [ctx.Process(target=_write_random_files, args=(s,)) for s in shares]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+        if p.exitcode != 0:
+            raise RuntimeError("dataset writer failed (exit %s)" % p.exitcode)
+
+
+def retina_keys(n):
+    w = len(str(n))
+    return ["train/img_%0*d_of_%d.jpeg" % (w, i, n) for i in range(n)]
+
+
+def retina_dataset(cache, n):
+    """N files of 322,624 random bytes in one flat directory train/."""
+    ds = Dataset(cache, "retina-%d" % n)
+    ds.files = retina_keys(n)
+    if ds.load():
+        log("dataset %s: reusing %s" % (ds.name, ds.dir))
+        return ds
+    log("dataset %s: writing %d files of %d bytes (%.1f GB) to %s"
+        % (ds.name, n, RETINA_SIZE, n * RETINA_SIZE / 1e9, ds.dir))
+    ds.start_fresh()
+    os.makedirs(os.path.join(ds.dir, "train"))
+    t = time.monotonic()
+    _parallel_write([(os.path.join(ds.dir, k), RETINA_SIZE) for k in ds.files])
+    ds.save(kind="retina", files=n, bytes=n * RETINA_SIZE, file_size=RETINA_SIZE)
+    log("dataset %s: written in %.0f s" % (ds.name, time.monotonic() - t))
+    return ds
+
+
+def large_dataset(cache, mib):
+    """One file big.bin of MiB mebibytes of random bytes."""
+    ds = Dataset(cache, "large-%dm" % mib)
+    ds.files = ["big.bin"]
+    if ds.load():
+        log("dataset %s: reusing %s" % (ds.name, ds.dir))
+        return ds
+    log("dataset %s: writing big.bin, %d MiB" % (ds.name, mib))
+    ds.start_fresh()
+    t = time.monotonic()
+    path = os.path.join(ds.dir, "big.bin")
+    # Two writers, one per half, for speed.
+    size = mib << 20
+    half = (size // 2) & ~((1 << 20) - 1)
+    with open(path, "wb") as f:
+        f.truncate(size)
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+
+    def fill(start, end):
+        with open(path, "r+b") as f:
+            f.seek(start)
+            pos = start
+            while pos < end:
+                n = min(end - pos, 8 << 20)
+                f.write(os.urandom(n))
+                pos += n
+    ps = [ctx.Process(target=fill, args=r) for r in ((0, half), (half, size))]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+        if p.exitcode:
+            raise RuntimeError("large file writer failed")
+    ds.save(kind="large", files=1, bytes=size)
+    log("dataset %s: written in %.0f s" % (ds.name, time.monotonic() - t))
+    return ds
+
+
+def tree_keys(fanout, levels=4, per_leaf=4, seed=7):
+    """(key, size) of a deep tree: `levels` directory levels of `fanout`
+    each, `per_leaf` files of 4-64 KiB in each leaf directory."""
+    rng = random.Random(seed)
+    out = []
+
+    def walk(prefix, depth):
+        if depth == levels:
+            for k in range(per_leaf):
+                out.append((prefix + "f%d.dat" % k, rng.randint(4096, 65536)))
+            return
+        for i in range(fanout):
+            walk(prefix + "d%d/" % i, depth + 1)
+    walk("", 0)
+    return out
+
+
+def tree_dataset(cache, fanout, levels=4, per_leaf=4):
+    ds = Dataset(cache, "tree-%dx%d" % (levels, fanout))
+    keys = tree_keys(fanout, levels, per_leaf)
+    ds.files = [k for k, _ in keys]
+    if ds.load():
+        log("dataset %s: reusing %s" % (ds.name, ds.dir))
+        return ds
+    log("dataset %s: writing %d files of 4-64 KiB, %d levels x %d"
+        % (ds.name, len(keys), levels, fanout))
+    ds.start_fresh()
+    for d in sorted({os.path.dirname(k) for k in ds.files}):
+        os.makedirs(os.path.join(ds.dir, d), exist_ok=True)
+    _parallel_write([(os.path.join(ds.dir, k), s) for k, s in keys])
+    dirs = set()
+    for k in ds.files:
+        parts = k.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            dirs.add("/".join(parts[:i]))
+    ds.save(kind="tree", files=len(keys), bytes=sum(s for _, s in keys),
+            dirs=len(dirs), levels=levels, fanout=fanout, per_leaf=per_leaf)
+    return ds
+
+
+def warm(paths, threads=8):
+    """Reads files so they sit in the page cache (the server's side)."""
+    import concurrent.futures
+
+    def rd(p):
+        with open(p, "rb", buffering=0) as f:
+            while f.read(8 << 20):
+                pass
+    with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+        list(ex.map(rd, paths, chunksize=64))
+
+
+# --------------------------------------------------------------------------
+# Servers
+
+
+class S3Server:
+    """tests/s3server/s3server.py: answers the listings nginx forwards."""
+
+    def __init__(self, tmp, datasets):
+        args = ["/usr/bin/python3", S3SERVER, "--port", "0", "--quiet",
+                "--etag-style", "nginx", "--timeout", "600"]
+        for ds in datasets:
+            args += ["--bucket", "%s=%s" % (ds.name, ds.dir)]
+        self.log_path = os.path.join(tmp, "s3server.log")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE,
+                                     stderr=open(self.log_path, "wb"),
+                                     start_new_session=True, text=True)
+        CLEANUP.push("stop the test S3 server", self.stop)
+        line = self.proc.stdout.readline()
+        if not line.startswith("listening on "):
+            raise RuntimeError("test S3 server did not start: %r %s"
+                               % (line, open(self.log_path).read()[-2000:]))
+        self.url = line.split()[2]
+        self.port = int(self.url.rsplit(":", 1)[1])
+
+    def stop(self):
+        stop_process(self.proc, "s3server")
+        self.proc.stdout.close()
+
+
+NGINX_CONF = """\
+# generated by tools/bench/rig.py: endpoint {i} of the benchmark
+daemon off;
+master_process off;
+worker_processes 1;
+pid {tmp}/nginx-{i}.pid;
+error_log {tmp}/nginx-{i}.error.log warn;
+events {{ worker_connections 10000; multi_accept on; }}
+http {{
+    access_log off;
+    sendfile on;
+    tcp_nopush on;
+    tcp_nodelay on;
+    keepalive_requests 100000000;
+    keepalive_timeout 600s;
+    server_tokens off;
+    types {{ }}
+    default_type application/octet-stream;
+    open_file_cache max=8192 inactive=600s;
+    open_file_cache_valid 600s;
+    client_body_temp_path {tmp}/nginx-{i}.tmp/body;
+    proxy_temp_path {tmp}/nginx-{i}.tmp/proxy;
+    fastcgi_temp_path {tmp}/nginx-{i}.tmp/fastcgi;
+    uwsgi_temp_path {tmp}/nginx-{i}.tmp/uwsgi;
+    scgi_temp_path {tmp}/nginx-{i}.tmp/scgi;
+    upstream s3server {{
+        server 127.0.0.1:{s3port};
+        keepalive 32;
+    }}
+    server {{
+        listen 127.0.0.1:{port} backlog=4096;
+        root {root};
+        # Objects: GET/HEAD/Range straight from the dataset directory (nginx
+        # ignores the S3 Authorization headers).  Listings (list-type=),
+        # bucket-level requests and "directories" go to the test S3 server,
+        # with the client's Host header (it is part of the SigV4 signature)
+        # and the request URI untouched.
+        location / {{
+            error_page 418 = @s3server;
+            if ($args ~ "(^|&)list-type=") {{ return 418; }}
+            if ($request_method !~ ^(GET|HEAD)$) {{ return 418; }}
+            if (-d $request_filename) {{ return 418; }}
+        }}
+        location @s3server {{
+            proxy_pass http://s3server;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header Host $http_host;
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 600s;
+        }}
+    }}
+}}
+"""
+
+
+def free_ports(n):
+    import socket
+    socks, ports = [], []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+        ports.append(s.getsockname()[1])
+    for s in socks:
+        s.close()
+    return ports
+
+
+def wait_port(port, timeout=10, proc=None):
+    import socket
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            return
+        except OSError:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError("exited with status %d" % proc.returncode)
+            time.sleep(0.02)
+    raise RuntimeError("port %d did not open in %d s" % (port, timeout))
+
+
+def _raise_nofile():
+    """With master_process off, nginx's worker_rlimit_nofile is not applied:
+    the one process keeps the limit it was started with (raised here to the
+    hard limit), and the open file cache (8,192) plus the connections
+    (10,000) must fit under it."""
+    import resource
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+class Nginx:
+    """One nginx instance (one process: master_process off) per endpoint,
+    so that one endpoint can be killed by its PID."""
+
+    def __init__(self, tmp, i, port, root, s3port):
+        self.tmp, self.i, self.port = tmp, i, port
+        self.conf = os.path.join(tmp, "nginx-%d.conf" % i)
+        os.makedirs(os.path.join(tmp, "nginx-%d.tmp" % i), exist_ok=True)
+        with open(self.conf, "w") as f:
+            f.write(NGINX_CONF.format(i=i, tmp=tmp, port=port, root=root, s3port=s3port))
+        self.proc = None
+        self.url = "http://127.0.0.1:%d" % port
+        self.start()
+        CLEANUP.push("stop nginx endpoint %d" % i, self.stop)
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            ["nginx", "-p", self.tmp, "-c", self.conf,
+             "-e", os.path.join(self.tmp, "nginx-%d.error.log" % self.i)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=open(os.path.join(self.tmp, "nginx-%d.stderr" % self.i), "ab"),
+            start_new_session=True, preexec_fn=_raise_nofile)
+        try:
+            wait_port(self.port, proc=self.proc)
+        except RuntimeError as exc:
+            raise RuntimeError("nginx on port %d: %s: %s" % (
+                self.port, exc, open(os.path.join(self.tmp, "nginx-%d.error.log"
+                                                  % self.i)).read()[-2000:]))
+
+    def kill(self):
+        """Hard failure of this endpoint: SIGKILL (connections reset)."""
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self):
+        if self.proc is not None:
+            stop_process(self.proc, "nginx %d" % self.i, signal.SIGTERM)
+
+
+class Endpoints:
+    """4 nginx ports in front of one dataset root + the test S3 server."""
+
+    def __init__(self, tmp, root, datasets, n=4):
+        self.s3 = S3Server(tmp, datasets)
+        ports = free_ports(n)
+        self.nginx = [Nginx(tmp, i, p, root, self.s3.port) for i, p in enumerate(ports)]
+        self.urls = [x.url for x in self.nginx]
+
+
+# --------------------------------------------------------------------------
+# Mounts
+
+
+def is_mount(path):
+    try:
+        return os.path.ismount(path)
+    except OSError:
+        return False
+
+
+def unmount(mnt):
+    """fusermount3 -u, retried while busy, then lazily (-uz) as a last resort."""
+    for _ in range(50):
+        if not is_mount(mnt):
+            return True
+        r = subprocess.run(["fusermount3", "-u", mnt], capture_output=True, text=True)
+        if r.returncode == 0 or not is_mount(mnt):
+            return True
+        time.sleep(0.2)
+    subprocess.run(["fusermount3", "-uz", mnt], capture_output=True)
+    log("unmount %s: busy, detached lazily (fusermount3 -uz)" % mnt)
+    return not is_mount(mnt)
+
+
+class Mount:
+    """A FUSE daemon run in the foreground as our child, stderr to a log.
+
+    kind: bucketfs | s3fs | rclone.  Mounted on enter, unmounted (and the
+    daemon waited for, else stopped by PID) on exit, also on Ctrl-C."""
+
+    def __init__(self, kind, rig, ds, tag="", nofile=None, extra_opts=()):
+        self.kind, self.rig, self.ds = kind, rig, ds
+        self.mnt = os.path.join(rig.tmp, "mnt-%s-%s%s" % (kind, ds.name, tag))
+        self.log_path = os.path.join(rig.tmp, "%s-%s%s.log" % (kind, ds.name, tag))
+        self.nofile = nofile
+        self.extra_opts = list(extra_opts)
+        self.proc = None
+        self.ready_s = None
+
+    def command(self):
+        r = self.rig
+        if self.kind == "bucketfs":
+            opts = ["endpoint=%s" % u for u in r.endpoints.urls]
+            opts.append("index=%s" % r.index_path(self.ds))
+            opts += self.extra_opts
+            cmd = [binary("bucketfs"), "-f", "-o", ",".join(opts),
+                   "s3://%s" % self.ds.name, self.mnt]
+            if self.nofile:
+                cmd = ["prlimit", "--nofile=%d:%d" % (self.nofile, self.nofile)] + cmd
+            return cmd, client_env()
+        if self.kind == "s3fs":
+            opts = ["url=%s" % r.endpoints.urls[0], "use_path_request_style",
+                    "passwd_file=%s" % r.s3fs_passwd(), "ro"] + self.extra_opts
+            return ["s3fs", self.ds.name, self.mnt, "-f", "-o", ",".join(opts)], client_env()
+        if self.kind == "rclone":
+            return (["rclone", "mount", "--config", r.rclone_conf(),
+                     "bench:%s" % self.ds.name, self.mnt, "--read-only",
+                     "--vfs-cache-mode", "off", "--dir-cache-time", "1000h",
+                     "--poll-interval", "0", "--log-level", "NOTICE"] + self.extra_opts,
+                    {k: v for k, v in os.environ.items() if not k.startswith("AWS_")})
+        raise ValueError(self.kind)
+
+    def __enter__(self):
+        os.makedirs(self.mnt, exist_ok=True)
+        cmd, env = self.command()
+        self.logf = open(self.log_path, "ab")
+        t0 = time.monotonic()
+        self.proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL,
+                                     stdout=self.logf, stderr=self.logf,
+                                     start_new_session=True)
+        self._undo = CLEANUP.push("unmount %s" % self.mnt, self.close)
+        deadline = t0 + 600
+        while not is_mount(self.mnt):
+            if self.proc.poll() is not None:
+                self.close()
+                raise RuntimeError("%s exited with status %s before mounting: %s"
+                                   % (self.kind, self.proc.returncode, self.log_tail()))
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError("%s did not mount in 600 s" % self.kind)
+            time.sleep(0.005)
+        self.ready_s = time.monotonic() - t0
+        return self
+
+    def log_tail(self, n=2000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    def close(self):
+        if self.proc is None:
+            return
+        unmount(self.mnt)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            stop_process(self.proc, self.kind)
+        self.logf.close()
+        CLEANUP.remove(self._undo)
+        self.proc = None
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def path(self, key=""):
+        return os.path.join(self.mnt, key)
+
+
+class Rig:
+    """The run's temporary directory, the endpoints and client configs."""
+
+    def __init__(self, cache, datasets):
+        self.cache = cache
+        self.tmp = tempfile.mkdtemp(prefix="bfs-bench-", dir="/var/tmp")
+        with open(os.path.join(self.tmp, "run.pid"), "w") as f:
+            f.write("%d\n" % os.getpid())
+        self.logs_dir = None
+        CLEANUP.push("remove %s" % self.tmp, self._remove_tmp)
+        self.root = os.path.join(cache, "buckets")
+        self.datasets = datasets
+        self.endpoints = Endpoints(self.tmp, self.root, datasets)
+        self._passwd = self._rclone = None
+
+    def _remove_tmp(self):
+        """Keeps the daemons' and servers' logs (logs_dir, if set), then
+        removes the run's directory."""
+        if self.logs_dir:
+            os.makedirs(self.logs_dir, exist_ok=True)
+            for name in os.listdir(self.tmp):
+                if name.endswith((".log", ".stderr", ".conf")) and name != "rclone.conf":
+                    try:
+                        shutil.copy(os.path.join(self.tmp, name), self.logs_dir)
+                    except OSError:
+                        pass
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def index_path(self, ds):
+        return os.path.join(self.tmp, "%s.idx" % ds.name)
+
+    def s3fs_passwd(self):
+        if not self._passwd:
+            self._passwd = os.path.join(self.tmp, "s3fs.passwd")
+            fd = os.open(self._passwd, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            os.write(fd, ("%s:%s\n" % (AK, SK)).encode())
+            os.close(fd)
+        return self._passwd
+
+    def rclone_conf(self):
+        if not self._rclone:
+            self._rclone = os.path.join(self.tmp, "rclone.conf")
+            with open(self._rclone, "w") as f:
+                f.write("[bench]\ntype = s3\nprovider = Other\nenv_auth = false\n"
+                        "access_key_id = %s\nsecret_access_key = %s\n"
+                        "endpoint = %s\nregion = us-east-1\n"
+                        % (AK, SK, self.endpoints.urls[0]))
+            os.chmod(self._rclone, 0o600)
+        return self._rclone
+
+    def object_url(self, ds, key, i=0):
+        return "%s/%s/%s" % (self.endpoints.urls[i % len(self.endpoints.urls)], ds.name, key)
+
+
+def clear_stale(cache_tmp_parent="/var/tmp"):
+    """Unmounts mounts left by an earlier run that was SIGKILLed (its run.pid
+    names a dead process) and removes its directory."""
+    for name in os.listdir(cache_tmp_parent):
+        if not name.startswith("bfs-bench-"):
+            continue
+        d = os.path.join(cache_tmp_parent, name)
+        try:
+            pid = int(open(os.path.join(d, "run.pid")).read())
+        except (OSError, ValueError):
+            continue
+        if os.path.exists("/proc/%d" % pid):
+            continue
+        with open("/proc/mounts") as f:
+            mnts = [line.split()[1] for line in f if line.split()[1].startswith(d + "/")]
+        for m in mnts:
+            log("stale mount from an earlier run: %s; unmounting" % m)
+            subprocess.run(["fusermount3", "-uz", m], capture_output=True)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def http_get(url, headers=None, timeout=30):
+    req = urllib.request.Request(url, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()

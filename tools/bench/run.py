@@ -1,0 +1,1028 @@
+#!/usr/bin/python3
+"""bucketfs benchmark rig: one command, all measurements, docs/BENCHMARKS.md.
+
+  tools/bench/run.py [--quick] [--files N] [--procs P] [--runs R]
+                     [--out docs/BENCHMARKS.md] [--only M,...] [--skip M,...]
+                     [--no-setup] [--build] [--cache-dir DIR] [...]
+
+Serves datasets (written once under the cache directory) with nginx on 4
+loopback ports, listings through the test S3 server behind the same ports,
+and measures bucketfs against the direct S3 path (curl), s3fs, rclone and
+the local page cache.  Progress goes to stderr; the report to --out, the
+chart next to it (bench-dlio.png), the raw numbers to the cache directory
+(results/*.json).  See tools/bench/README.md.
+
+Measurements (--only/--skip names): rig, mount, dlio, large, fio, tree,
+concurrency, failover.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import random
+import re
+import shlex
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import readers  # noqa: E402
+import report  # noqa: E402
+import rig  # noqa: E402
+from rig import CLEANUP, log  # noqa: E402
+
+MEASUREMENTS = ["rig", "mount", "dlio", "large", "fio", "tree", "concurrency", "failover"]
+
+
+class Skip(Exception):
+    """A measurement (or one path of it) that could not run, with the reason."""
+
+
+def median(vals):
+    vals = [v for v in vals if v is not None]
+    return statistics.median(vals) if vals else None
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+
+
+def version_of(cmd, pattern=None):
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return "unavailable (%s)" % exc
+    text = (r.stdout + r.stderr).strip()
+    line = text.splitlines()[0] if text else ""
+    if pattern:
+        m = re.search(pattern, text)
+        line = m.group(0) if m else line
+    return line
+
+
+def cold(paths_to_warm, what):
+    """Drops the page cache (so the mount's side is cold), then reads the
+    backing files again so the endpoints serve from memory."""
+    if not rig.can_drop_caches():
+        raise Skip("cannot drop the page cache (not root?)")
+    t = time.monotonic()
+    rig.drop_caches()
+    if paths_to_warm:
+        rig.warm(paths_to_warm)
+        log("  page cache dropped, %s re-warmed on the server side in %.1f s"
+            % (what, time.monotonic() - t))
+    else:
+        log("  page cache dropped")
+
+
+# --------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, a):
+        self.a = a
+        self.res = {"sections": {}, "problems": []}
+        self.cache = a.cache_dir
+
+    def problem(self, section, msg):
+        log("PROBLEM %s: %s" % (section, msg))
+        self.res["problems"].append((section, msg))
+
+    # ---- set-up ----------------------------------------------------------
+
+    def prepare(self):
+        a = self.a
+        self.retina = rig.retina_dataset(self.cache, a.files)
+        self.large = rig.large_dataset(self.cache, a.large_mib)
+        self.tree = rig.tree_dataset(self.cache, a.tree_fanout)
+        self.rig = rig.Rig(self.cache, [self.retina, self.large, self.tree])
+        self.rig.logs_dir = self.res["logs_dir"] = os.path.join(
+            self.cache, "results", self.a.stamp + "-logs")
+        log("endpoints: %s (listings via the test S3 server on port %d)"
+            % (", ".join(self.rig.endpoints.urls), self.rig.endpoints.s3.port))
+        self.res["datasets"] = {ds.name: ds.meta for ds in (self.retina, self.large, self.tree)}
+        self.res["endpoints"] = self.rig.endpoints.urls
+
+    def build_index(self, ds):
+        """bucketfs-index build of ds into the run's index file; the time."""
+        idx = self.rig.index_path(ds)
+        if os.path.exists(idx):
+            return None
+        opts = ",".join(["endpoint=%s" % u for u in self.rig.endpoints.urls] + ["index=%s" % idx])
+        t = time.monotonic()
+        r = subprocess.run([rig.binary("bucketfs-index"), "build", "-q", "-o", opts,
+                            "s3://%s" % ds.name], env=rig.client_env(),
+                           capture_output=True, text=True, timeout=3600)
+        dt = time.monotonic() - t
+        if r.returncode:
+            raise RuntimeError("bucketfs-index build s3://%s: %s" % (ds.name, r.stderr.strip()))
+        return dt
+
+    def mount(self, kind, ds, **kw):
+        if kind == "bucketfs":
+            self.build_index(ds)
+        return rig.Mount(kind, self.rig, ds, **kw)
+
+    # ---- rig self-check ----------------------------------------------------
+
+    def m_rig(self):
+        sec = self.res["sections"]["rig"] = {"checks": []}
+        ck = sec["checks"]
+        ds = self.retina
+        key = ds.files[0]
+        path = os.path.join(ds.dir, key)
+        st = os.stat(path)
+        etag = '"%x-%x"' % (int(st.st_mtime), st.st_size)
+        ok_all = True
+        for i, u in enumerate(self.rig.endpoints.urls):
+            url = "%s/%s/%s" % (u, ds.name, key)
+            good = sh(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                       "-H", "If-Match: %s" % etag, url]).stdout
+            bad = sh(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}",
+                      "-H", 'If-Match: "0-0"', url]).stdout
+            hdr = sh(["curl", "-sI", url]).stdout
+            m = re.search(r'(?im)^etag:\s*(\S+)', hdr)
+            ok = good == "200" and bad == "412" and m and m.group(1) == etag
+            ok_all &= bool(ok)
+            ck.append(("endpoint %d: GET with If-Match: %s / with a wrong one; nginx's ETag"
+                       % (i + 1, etag), "%s / %s; %s" % (good, bad, m.group(1) if m else "none"),
+                       "ok" if ok else "FAILED"))
+        # A signed listing through nginx (proxied to the test S3 server).
+        u = self.rig.endpoints.urls[1]
+        r = sh(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+                "%s:%s" % (rig.AK, rig.SK), "-H", "x-amz-content-sha256: UNSIGNED-PAYLOAD",
+                "%s/%s?list-type=2&max-keys=1&prefix=%s" % (u, ds.name, "train%2F")])
+        m = re.search(r"<Key>([^<]*)</Key>.*?<ETag>&quot;([^&]*)&quot;</ETag>", r.stdout)
+        ok = bool(m) and m.group(1) == key and '"%s"' % m.group(2) == etag
+        ok_all &= ok
+        ck.append(("signed ListObjectsV2 through nginx port 2 (proxied to the test S3 server): "
+                   "first key and ETag", "%s %s" % (m.group(1), m.group(2)) if m else
+                   r.stdout[:200], "ok" if ok else "FAILED"))
+        if not ok_all:
+            self.problem("rig", "the rig self-check failed: %s" % ck)
+            raise RuntimeError("rig self-check failed; see the table")
+        log("rig: nginx answers If-Match with 200/412 and its ETags equal the listing's")
+
+    # ---- mount time --------------------------------------------------------
+
+    def m_mount(self):
+        a = self.a
+        sec = self.res["sections"]["mount"] = {"rows": []}
+        ds = self.retina
+        idx = self.rig.index_path(ds)
+        if os.path.exists(idx):
+            os.unlink(idx)
+        log("mount: bucketfs-index build s3://%s (%d keys, listed through nginx)"
+            % (ds.name, len(ds.files)))
+        build = self.build_index(ds)
+        sec["index_build_s"] = build
+        sec["index_bytes"] = os.path.getsize(idx)
+        times = []
+        mnt = os.path.join(self.rig.tmp, "mnt-mounttime")
+        os.makedirs(mnt, exist_ok=True)
+        opts = ",".join(["endpoint=%s" % u for u in self.rig.endpoints.urls] + ["index=%s" % idx])
+        plan = [("cold", r) for r in range(a.runs)] + [("warm", r) for r in range(a.runs)]
+        if not rig.can_drop_caches():
+            plan = [("warm", r) for r in range(a.runs)]
+        for mode, r in plan:
+            if mode == "cold":
+                rig.drop_caches()
+            t0 = time.monotonic()
+            undo = CLEANUP.push("unmount %s" % mnt, lambda: rig.unmount(mnt))
+            p = subprocess.run([rig.binary("bucketfs"), "-o", opts, "s3://%s" % ds.name, mnt],
+                               env=rig.client_env(), capture_output=True, text=True,
+                               timeout=600)
+            t_ret = time.monotonic() - t0
+            if p.returncode:
+                CLEANUP.remove(undo)
+                raise RuntimeError("bucketfs (daemon mode) failed: %s" % p.stderr.strip())
+            while not rig.is_mount(mnt):
+                time.sleep(0.0005)
+                if time.monotonic() - t0 > 60:
+                    raise RuntimeError("bucketfs returned but %s is not mounted" % mnt)
+            t_ready = time.monotonic() - t0
+            n = len(os.listdir(os.path.join(mnt, "train")))
+            pid = self._daemon_pid(mnt)
+            rig.unmount(mnt)
+            CLEANUP.remove(undo)
+            self._wait_gone(pid)
+            times.append({"return_s": t_ret, "ready_s": t_ready, "entries": n, "mode": mode})
+            log("mount: run %d (%s page cache): ready in %.1f ms (%d entries in train/)"
+                % (r + 1, mode, t_ready * 1e3, n))
+        sec["runs"] = [t for t in times if t["mode"] == "cold"]
+        sec["warm_runs"] = [t for t in times if t["mode"] == "warm"]
+        sec["median_ready_s"] = median([t["ready_s"] for t in sec["runs"]])
+        sec["median_warm_ready_s"] = median([t["ready_s"] for t in sec["warm_runs"]])
+
+    @staticmethod
+    def _daemon_pid(mnt):
+        """The daemonized bucketfs serving mnt (its argv names our unique
+        mountpoint), to wait for its exit after the unmount."""
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                argv = open("/proc/%s/cmdline" % d, "rb").read().split(b"\0")
+            except OSError:
+                continue
+            if argv and argv[0].endswith(b"bucketfs") and os.fsencode(mnt) in argv:
+                return int(d)
+        return None
+
+    @staticmethod
+    def _wait_gone(pid, timeout=20):
+        if pid is None:
+            return
+        deadline = time.monotonic() + timeout
+        while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+            try:
+                if open("/proc/%d/stat" % pid).read().split(")")[-1].split()[0] == "Z":
+                    return
+            except OSError:
+                return
+            time.sleep(0.02)
+        if os.path.exists("/proc/%d" % pid):
+            log("bucketfs daemon %d still alive after unmount; SIGTERM" % pid)
+            os.kill(pid, signal.SIGTERM)
+
+    # ---- DLIO-style random whole-file reads --------------------------------
+
+    def dlio_mount(self, m, r):
+        ds = self.retina
+        cold(ds.paths(), ds.name)
+        paths = [m.path(k) for k in ds.files]
+        return readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
+                                timeout=self.a.run_timeout)
+
+    def curl_direct(self, ds, procs, seed):
+        """curl -Z over the same shuffled files, round-robin over the 4 URLs."""
+        order = list(ds.files)
+        random.Random(seed).shuffle(order)
+        cfg = os.path.join(self.rig.tmp, "curl-direct.cfg")
+        with open(cfg, "w") as f:
+            for i, k in enumerate(order):
+                f.write('url = "%s"\noutput = "/dev/null"\n' % self.rig.object_url(ds, k, i))
+        t0 = time.monotonic()
+        p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
+                            "-s", "-S", "-K", cfg,
+                            "-w", "%{http_code} %{size_download} %{time_total}\\n"],
+                           capture_output=True, text=True, timeout=self.a.run_timeout)
+        wall = time.monotonic() - t0
+        lat, nbytes, errors = [], 0, 0
+        for line in p.stdout.splitlines():
+            parts = line.split()
+            if len(parts) != 3:
+                continue
+            code, size, tt = parts
+            if code != "200" or int(size) != rig.RETINA_SIZE:
+                errors += 1
+            nbytes += int(size)
+            lat.append(float(tt))
+        errors += len(order) - len(lat)
+        s = sorted(lat)
+        return {"files": len(lat), "bytes": nbytes, "wall_s": wall,
+                "files_s": len(lat) / wall, "mb_s": nbytes / wall / 1e6,
+                "p50_ms": readers.percentile(s, 50) * 1e3 if s else None,
+                "p99_ms": readers.percentile(s, 99) * 1e3 if s else None,
+                "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
+                "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}
+
+    def m_dlio(self):
+        a = self.a
+        ds = self.retina
+        sec = self.res["sections"]["dlio"] = {"paths": {}, "files": len(ds.files),
+                                              "procs": a.procs}
+        paths = sec["paths"]
+        order = ["bucketfs", "direct", "s3fs", "rclone", "local"]
+        for p in order:
+            paths[p] = {"runs": [], "status": None}
+        mounts = {}
+        try:
+            for kind in ("bucketfs", "s3fs", "rclone"):
+                if kind in a.peers_skip:
+                    paths[kind]["status"] = "skipped (--skip-peer)"
+                    continue
+                try:
+                    m = self.mount(kind, ds).__enter__()
+                    mounts[kind] = m
+                    log("dlio: %s mounted in %.2f s" % (kind, m.ready_s))
+                    if kind == "rclone":
+                        t = time.monotonic()
+                        n = len(os.listdir(m.path("train")))
+                        paths[kind]["note"] = ("directory listing cached first by one ls "
+                                               "(%d entries, %.1f s)" % (n, time.monotonic() - t))
+                        log("dlio: rclone: %s" % paths[kind]["note"])
+                except Exception as exc:
+                    paths[kind]["status"] = "failed to mount: %s" % exc
+                    self.problem("dlio", "%s: %s" % (kind, exc))
+            for r in range(a.runs):
+                for p in order:
+                    if paths[p]["status"] is not None:
+                        continue
+                    log("dlio: run %d/%d: %s, %d files, %d processes"
+                        % (r + 1, a.runs, p, len(ds.files), a.procs))
+                    try:
+                        if p in mounts:
+                            res = self.dlio_mount(mounts[p], r)
+                        elif p == "direct":
+                            rig.warm(ds.paths())
+                            res = self.curl_direct(ds, a.procs, r)
+                        else:
+                            rig.warm(ds.paths())
+                            res = readers.read_all(ds.paths(), a.procs, seed=r,
+                                                   expect=lambda _: rig.RETINA_SIZE,
+                                                   timeout=a.run_timeout)
+                    except Skip as exc:
+                        paths[p]["status"] = "skipped: %s" % exc
+                        continue
+                    except Exception as exc:
+                        paths[p]["status"] = "failed: %s" % exc
+                        self.problem("dlio", "%s run %d: %s" % (p, r + 1, exc))
+                        continue
+                    res.pop("ends", None)
+                    res.pop("error_times", None)
+                    paths[p]["runs"].append(res)
+                    log("dlio:   %s: %.0f files/s, %.0f MB/s, p50 %.1f ms, p99 %.1f ms, "
+                        "%d errors" % (p, res["files_s"], res["mb_s"], res["p50_ms"] or 0,
+                                       res["p99_ms"] or 0, res["errors"]))
+                    if res["errors"]:
+                        self.problem("dlio", "%s run %d: %d failed reads, e.g. %s"
+                                     % (p, r + 1, res["errors"], res["error_samples"][:3]))
+        finally:
+            for m in mounts.values():
+                m.close()
+        for p in order:
+            runs = paths[p]["runs"]
+            if runs:
+                for k in ("files_s", "mb_s", "p50_ms", "p99_ms", "max_ms", "wall_s"):
+                    paths[p]["median_" + k] = median([x[k] for x in runs])
+                paths[p]["errors"] = sum(x["errors"] for x in runs)
+
+    # ---- large file ---------------------------------------------------------
+
+    def dd(self, path):
+        t0 = time.monotonic()
+        p = subprocess.run(["dd", "if=%s" % path, "of=/dev/null", "bs=1M"],
+                           capture_output=True, text=True, timeout=self.a.run_timeout)
+        wall = time.monotonic() - t0
+        if p.returncode:
+            raise RuntimeError("dd: %s" % p.stderr.strip()[-300:])
+        m = re.search(r"^(\d+) bytes", p.stderr, re.M)
+        n = int(m.group(1)) if m else 0
+        return {"bytes": n, "wall_s": wall, "mb_s": n / wall / 1e6}
+
+    def ranged_get(self, ds, key, size, parts=8):
+        """parts curl processes in parallel, each one Range of the object,
+        round-robin over the endpoints."""
+        step = -(-size // parts)
+        procs = []
+        t0 = time.monotonic()
+        for i in range(parts):
+            lo, hi = i * step, min(size, (i + 1) * step) - 1
+            procs.append(subprocess.Popen(
+                ["curl", "-s", "-S", "-o", "/dev/null", "-r", "%d-%d" % (lo, hi),
+                 "-w", "%{http_code} %{size_download}", self.rig.object_url(ds, key, i)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        n, bad = 0, []
+        for p in procs:
+            out, err = p.communicate(timeout=self.a.run_timeout)
+            code, got = (out.split() + ["", "0"])[:2]
+            n += int(got or 0)
+            if code != "206":
+                bad.append("%s %s" % (code, err.strip()))
+        wall = time.monotonic() - t0
+        if bad or n != size:
+            raise RuntimeError("ranged GETs: %d of %d bytes; %s" % (n, size, bad))
+        return {"bytes": n, "wall_s": wall, "mb_s": n / wall / 1e6}
+
+    def m_large(self):
+        a = self.a
+        ds = self.large
+        size = ds.total_bytes()
+        src = os.path.join(ds.dir, "big.bin")
+        sec = self.res["sections"]["large"] = {"size": size, "paths": {}}
+        paths = sec["paths"]
+        order = ["bucketfs", "direct", "s3fs", "rclone", "local"]
+        for p in order:
+            paths[p] = {"runs": [], "status": None}
+        mounts = {}
+        try:
+            for kind in ("bucketfs", "s3fs", "rclone"):
+                if kind in a.peers_skip:
+                    paths[kind]["status"] = "skipped (--skip-peer)"
+                    continue
+                try:
+                    mounts[kind] = self.mount(kind, ds).__enter__()
+                except Exception as exc:
+                    paths[kind]["status"] = "failed to mount: %s" % exc
+                    self.problem("large", "%s: %s" % (kind, exc))
+            for r in range(a.runs):
+                for p in order:
+                    if paths[p]["status"] is not None:
+                        continue
+                    log("large: run %d/%d: %s, %d MiB" % (r + 1, a.runs, p, size >> 20))
+                    try:
+                        if p in mounts:
+                            cold([src], ds.name)
+                            res = self.dd(mounts[p].path("big.bin"))
+                        elif p == "direct":
+                            rig.warm([src])
+                            res = self.ranged_get(ds, "big.bin", size)
+                        else:
+                            rig.warm([src])
+                            res = self.dd(src)
+                        if res["bytes"] != size:
+                            raise RuntimeError("read %d of %d bytes" % (res["bytes"], size))
+                    except Skip as exc:
+                        paths[p]["status"] = "skipped: %s" % exc
+                        continue
+                    except Exception as exc:
+                        paths[p]["status"] = "failed: %s" % exc
+                        self.problem("large", "%s run %d: %s" % (p, r + 1, exc))
+                        continue
+                    paths[p]["runs"].append(res)
+                    log("large:   %s: %.0f MB/s (%.1f s)" % (p, res["mb_s"], res["wall_s"]))
+        finally:
+            for m in mounts.values():
+                m.close()
+        for p in order:
+            if paths[p]["runs"]:
+                paths[p]["median_mb_s"] = median([x["mb_s"] for x in paths[p]["runs"]])
+
+    # ---- fio ------------------------------------------------------------------
+
+    FIO_JOBS = [("seq-1M", "read", "1M", 1), ("rand-4k", "randread", "4k", 8),
+                ("rand-128k", "randread", "128k", 8)]
+
+    def fio(self, path, name, rw, bs, jobs, seconds, size):
+        cmd = ["fio", "--name=%s" % name, "--filename=%s" % path, "--rw=%s" % rw,
+               "--bs=%s" % bs, "--direct=0", "--readonly", "--ioengine=psync",
+               "--numjobs=%d" % jobs, "--group_reporting", "--runtime=%d" % seconds,
+               "--output-format=json"]
+        if jobs > 1:
+            # Disjoint regions, one per job: no job reads pages another one
+            # already brought into the page cache.
+            part = (size // jobs) & ~((1 << 20) - 1)
+            cmd += ["--size=%d" % part, "--offset_increment=%d" % part]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 20 + 120)
+        if p.returncode:
+            raise RuntimeError("fio: %s" % (p.stderr.strip() or p.stdout.strip())[-400:])
+        j = json.loads(p.stdout[p.stdout.index("{"):])
+        job = j["jobs"][0]
+        rd = job["read"]
+        pct = rd.get("clat_ns", {}).get("percentile", {})
+        return {"mb_s": rd["bw_bytes"] / 1e6, "iops": rd["iops"], "bytes": rd["io_bytes"],
+                "runtime_s": rd["runtime"] / 1e3,
+                "p50_ms": pct.get("50.000000", 0) / 1e6,
+                "p99_ms": pct.get("99.000000", 0) / 1e6,
+                "errors": job.get("error", 0), "cmd": " ".join(shlex.quote(c) for c in cmd)}
+
+    def m_fio(self):
+        a = self.a
+        ds = self.large
+        src = os.path.join(ds.dir, "big.bin")
+        sec = self.res["sections"]["fio"] = {"seconds": a.fio_seconds, "jobs": {}}
+        targets = ["bucketfs", "local"]
+        for name, *_ in self.FIO_JOBS:
+            for t in targets:
+                sec["jobs"]["%s|%s" % (name, t)] = {"runs": [], "status": None}
+        try:
+            m = self.mount("bucketfs", ds).__enter__()
+        except Exception as exc:
+            for name, *_ in self.FIO_JOBS:
+                sec["jobs"]["%s|bucketfs" % name]["status"] = "failed to mount: %s" % exc
+            self.problem("fio", "bucketfs: %s" % exc)
+            m = None
+        try:
+            for r in range(a.runs):
+                for name, rw, bs, jobs in self.FIO_JOBS:
+                    for t in targets:
+                        job = sec["jobs"]["%s|%s" % (name, t)]
+                        if job["status"] is not None:
+                            continue
+                        log("fio: run %d/%d: %s on %s" % (r + 1, a.runs, name, t))
+                        try:
+                            if t == "bucketfs":
+                                cold([src], ds.name)
+                                path = m.path("big.bin")
+                            else:
+                                rig.warm([src])
+                                path = src
+                            res = self.fio(path, name, rw, bs, jobs, a.fio_seconds,
+                                           ds.total_bytes())
+                        except Skip as exc:
+                            job["status"] = "skipped: %s" % exc
+                            continue
+                        except Exception as exc:
+                            job["status"] = "failed: %s" % exc
+                            self.problem("fio", "%s on %s: %s" % (name, t, exc))
+                            continue
+                        job["runs"].append(res)
+                        log("fio:   %.0f MB/s, %.0f IOPS, p99 %.2f ms"
+                            % (res["mb_s"], res["iops"], res["p99_ms"]))
+        finally:
+            if m:
+                m.close()
+        for job in sec["jobs"].values():
+            if job["runs"]:
+                for k in ("mb_s", "iops", "p50_ms", "p99_ms"):
+                    job["median_" + k] = median([x[k] for x in job["runs"]])
+
+    # ---- deep tree -------------------------------------------------------------
+
+    def m_tree(self):
+        a = self.a
+        ds = self.tree
+        sec = self.res["sections"]["tree"] = {"files": len(ds.files), "dirs": ds.meta["dirs"],
+                                              "paths": {}}
+        order = ["bucketfs", "s3fs", "rclone", "local"]
+        for p in order:
+            sec["paths"][p] = {"find": [], "ls": [], "status": None}
+            if p in a.peers_skip:
+                sec["paths"][p]["status"] = "skipped (--skip-peer)"
+        for r in range(a.runs):
+            for p in order:
+                row = sec["paths"][p]
+                if row["status"] is not None:
+                    continue
+                for what, cmd in (("find", "find %s -type f | wc -l"),
+                                  ("ls", "ls -lR %s | grep -c '^-'")):
+                    log("tree: run %d/%d: %s on %s" % (r + 1, a.runs, what, p))
+                    try:
+                        if p == "local":
+                            top = ds.dir
+                            res = self._timed_walk(cmd % shlex.quote(top), a.tree_timeout)
+                        else:
+                            with self.mount(p, ds) as m:
+                                cold(None, "nothing")
+                                res = self._timed_walk(cmd % shlex.quote(m.mnt),
+                                                       a.tree_timeout)
+                        if res["count"] != len(ds.files):
+                            raise RuntimeError("%s saw %d files, expected %d"
+                                               % (what, res["count"], len(ds.files)))
+                    except Skip as exc:
+                        row["status"] = "skipped: %s" % exc
+                        break
+                    except Exception as exc:
+                        row["status"] = "failed: %s" % exc
+                        self.problem("tree", "%s %s: %s" % (p, what, exc))
+                        break
+                    row[what].append(res["wall_s"])
+                    log("tree:   %.2f s" % res["wall_s"])
+        for p in order:
+            row = sec["paths"][p]
+            row["median_find"] = median(row["find"])
+            row["median_ls"] = median(row["ls"])
+
+    @staticmethod
+    def _timed_walk(cmd, timeout):
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(["bash", "-c", "set -o pipefail; " + cmd], capture_output=True,
+                               text=True, timeout=timeout, start_new_session=True)
+        except subprocess.TimeoutExpired:
+            raise Skip("took longer than %d s (cut off; --tree-timeout)" % timeout)
+        wall = time.monotonic() - t0
+        if p.returncode not in (0,):
+            raise RuntimeError("%s: status %d: %s" % (cmd, p.returncode, p.stderr.strip()[-300:]))
+        return {"wall_s": wall, "count": int(p.stdout.strip() or 0)}
+
+    # ---- 2,048 concurrent readers ---------------------------------------------------
+
+    def m_concurrency(self):
+        a = self.a
+        ds = self.retina
+        readers_n = a.concurrency
+        procs = max(1, min(16, readers_n))
+        threads = max(1, readers_n // procs)
+        sec = self.res["sections"]["concurrency"] = {
+            "readers": procs * threads, "procs": procs, "threads": threads,
+            "nofile": 1024, "runs": []}
+        files = list(ds.files)
+        while len(files) < procs * threads:
+            files += ds.files
+        with self.mount("bucketfs", ds, tag="-nofile", nofile=1024) as m:
+            pid = m.proc.pid
+            lim = open("/proc/%d/limits" % pid).read()
+            mm = re.search(r"Max open files\s+(\d+)\s+(\d+)", lim)
+            sec["daemon_limit"] = "%s/%s" % mm.groups() if mm else "?"
+            paths = [m.path(k) for k in files]
+            for r in range(a.runs):
+                log("concurrency: run %d/%d: %d readers (%d processes x %d threads), %d reads, "
+                    "daemon pid %d with RLIMIT_NOFILE %s"
+                    % (r + 1, a.runs, procs * threads, procs, threads, len(paths), pid,
+                       sec["daemon_limit"]))
+                try:
+                    cold(ds.paths(), ds.name)
+                except Skip as exc:
+                    sec["status"] = "skipped: %s" % exc
+                    return
+                sampler = FdSampler(pid)
+
+                def during(t_start):
+                    sampler.start()
+                try:
+                    res = readers.read_all(paths, procs, threads=threads, seed=100 + r,
+                                           expect=lambda _: rig.RETINA_SIZE, during=during,
+                                           timeout=a.run_timeout)
+                finally:
+                    sampler.stop()
+                res.pop("ends", None)
+                res.pop("error_times", None)
+                res["fd_max"] = sampler.max_fds
+                res["threads_max"] = sampler.max_threads
+                res["daemon_alive"] = m.proc.poll() is None
+                sec["runs"].append(res)
+                log("concurrency:   %.0f files/s, %d errors, max %d fds, max %d threads in the "
+                    "daemon" % (res["files_s"], res["errors"], sampler.max_fds,
+                                sampler.max_threads))
+                if res["errors"]:
+                    self.problem("concurrency", "run %d: %d failed reads, e.g. %s"
+                                 % (r + 1, res["errors"], res["error_samples"][:3]))
+                if not res["daemon_alive"]:
+                    self.problem("concurrency", "the daemon died: %s" % m.log_tail(800))
+                    break
+            sec["log_excerpt"] = _log_lines(m.log_path, r"descriptor|budget|EMFILE|"
+                                            r"Too many open|queue", 8)
+        for k in ("files_s", "mb_s", "p50_ms", "p99_ms", "max_ms", "fd_max", "errors"):
+            sec["median_" + k] = median([x[k] for x in sec["runs"]])
+
+    # ---- one endpoint killed mid-run --------------------------------------------------
+
+    def m_failover(self):
+        a = self.a
+        ds = self.retina
+        T = a.failover_seconds
+        victim = self.rig.endpoints.nginx[1]
+        sec = self.res["sections"]["failover"] = {"seconds": T, "procs": a.procs,
+                                                  "victim": victim.url}
+        with self.mount("bucketfs", ds, tag="-failover") as m:
+            paths = [m.path(k) for k in ds.files]
+            cold(ds.paths(), ds.name)
+            events = []
+
+            def during(t_start):
+                time.sleep(max(0, t_start + T / 3 - time.monotonic()))
+                pid = victim.proc.pid
+                victim.kill()
+                events.append(("killed the nginx of endpoint %s (SIGKILL to pid %d)"
+                               % (victim.url, pid), time.monotonic()))
+                log("failover: killed %s" % victim.url)
+                time.sleep(max(0, t_start + 2 * T / 3 - time.monotonic()))
+                victim.start()
+                events.append(("restarted %s (pid %d)" % (victim.url, victim.proc.pid),
+                               time.monotonic()))
+                log("failover: restarted %s" % victim.url)
+                return events
+
+            log("failover: %d processes read for %d s; endpoint %s dies at %d s and comes "
+                "back at %d s" % (a.procs, T, victim.url, T // 3, 2 * T // 3))
+            res = readers.read_for(paths, a.procs, T, seed=7,
+                                   expect=lambda _: rig.RETINA_SIZE, during=during)
+            sec["per_second"] = readers.per_second(res["ends"], T)
+            sec["errors_per_second"] = readers.per_second(res["error_times"], T)
+            events = [(what, t - res["t_start"]) for what, t in events]
+            sec["events"] = events
+            for k in ("files", "files_s", "mb_s", "p50_ms", "p99_ms", "max_ms", "errors",
+                      "error_samples"):
+                sec[k] = res[k]
+            k1, k2 = events[0][1], events[1][1]
+            phases = []
+            for name, lo, hi in (("before", 0, k1), ("endpoint down", k1, k2),
+                                 ("after restart", k2, T)):
+                n = sum(1 for t in res["ends"] if lo <= t < hi)
+                e = sum(1 for t in res["error_times"] if lo <= t < hi)
+                phases.append((name, lo, hi, n / (hi - lo) if hi > lo else 0, e))
+            sec["phases"] = phases
+            sec["daemon_alive"] = m.proc.poll() is None
+            log("failover: %d reads, %d failed; %s" % (res["files"], res["errors"], ", ".join(
+                "%s %.0f files/s" % (p[0], p[3]) for p in phases)))
+            if res["errors"]:
+                self.problem("failover", "%d failed reads while an endpoint was down, e.g. %s"
+                             % (res["errors"], res["error_samples"][:3]))
+        # After the unmount, so the daemon's closing per-endpoint lines are in.
+        port = victim.url.rsplit(":", 1)[1]
+        sec["log_lines"] = _log_lines(m.log_path, r"127\.0\.0\.1:%s" % port, 12)
+        if not sec["log_lines"]:
+            self.problem("failover", "no bucketfs log line names %s" % victim.url)
+        if not sec.get("daemon_alive", True):
+            self.problem("failover", "the bucketfs daemon died: %s" % m.log_tail(800))
+
+    # ---- driver ---------------------------------------------------------------
+
+    def run(self, selected):
+        for name in MEASUREMENTS:
+            if name not in selected:
+                self.res["sections"].setdefault(name, {})["status"] = "not selected (--only/--skip)"
+                continue
+            t = time.monotonic()
+            log("== %s" % name)
+            try:
+                getattr(self, "m_" + name)()
+            except Skip as exc:
+                self.res["sections"].setdefault(name, {})["status"] = "skipped: %s" % exc
+                self.problem(name, "skipped: %s" % exc)
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:
+                import traceback
+                traceback.print_exc()
+                self.res["sections"].setdefault(name, {})["status"] = "failed: %s" % exc
+                self.problem(name, "failed: %s" % exc)
+            self.res["sections"].setdefault(name, {})["elapsed_s"] = time.monotonic() - t
+            self.check_endpoint_logs(name)
+
+    def check_endpoint_logs(self, name):
+        """nginx's own errors (crit/alert/emerg) during a measurement mean the
+        rig, not the client, failed: report them."""
+        if not hasattr(self, "_log_pos"):
+            self._log_pos = {}
+        for x in self.rig.endpoints.nginx:
+            path = os.path.join(self.rig.tmp, "nginx-%d.error.log" % x.i)
+            try:
+                with open(path, errors="replace") as f:
+                    f.seek(self._log_pos.get(path, 0))
+                    text = f.read()
+                    self._log_pos[path] = f.tell()
+            except OSError:
+                continue
+            bad = [ln for ln in text.splitlines()
+                   if re.search(r"\[(crit|alert|emerg)\]", ln)]
+            if bad:
+                self.problem(name, "the rig's nginx on %s logged %d critical errors, so the "
+                             "numbers of this measurement are suspect; first: %s"
+                             % (x.url, len(bad), bad[0]))
+
+
+class FdSampler(threading.Thread):
+    """Counts /proc/PID/fd (and threads) every 100 ms."""
+
+    def __init__(self, pid):
+        super().__init__(daemon=True)
+        self.pid = pid
+        self.max_fds = 0
+        self.max_threads = 0
+        self.samples = 0
+        self.halt = threading.Event()
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                n = len(os.listdir("/proc/%d/fd" % self.pid))
+                th = int(re.search(r"Threads:\s+(\d+)",
+                                   open("/proc/%d/status" % self.pid).read()).group(1))
+            except (OSError, AttributeError):
+                break
+            self.max_fds = max(self.max_fds, n)
+            self.max_threads = max(self.max_threads, th)
+            self.samples += 1
+            self.halt.wait(0.1)
+
+    def stop(self):
+        self.halt.set()
+        if self.is_alive():
+            self.join()
+
+
+def _log_lines(path, pattern, n):
+    try:
+        with open(path, errors="replace") as f:
+            lines = [ln.rstrip("\n") for ln in f if re.search(pattern, ln)]
+    except OSError:
+        return []
+    if len(lines) <= n:
+        return lines
+    return lines[:n // 2] + ["… (%d more lines)" % (len(lines) - n)] + lines[-(n - n // 2):]
+
+
+def machine_info():
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    cpu = "?"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    commit = sh(["git", "-C", rig.SRC, "rev-parse", "--short", "HEAD"]).stdout.strip()
+    dirty = sh(["git", "-C", rig.SRC, "status", "--porcelain", "--", "src", "fs",
+                "meson.build"]).stdout.strip()
+    try:
+        built = datetime.datetime.fromtimestamp(os.path.getmtime(rig.binary("bucketfs")))  # copy2 keeps it
+        built = built.strftime("%Y-%m-%d %H:%M")
+    except FileNotFoundError:
+        built = "?"
+    return {
+        "nproc": os.cpu_count(), "mem_bytes": mem, "kernel": platform.release(),
+        "cpu": cpu, "os": _os_release(), "loadavg_start": open("/proc/loadavg").read().split()[:3],
+        "cpu_busy_start": cpu_busy(),
+        "commit": commit + (" with uncommitted changes in src/ fs/" if dirty else ""),
+        "binary_built": built,
+        "versions": {
+            "bucketfs": version_of([rig.binary("bucketfs"), "--version"]),
+            "nginx": version_of(["nginx", "-v"]),
+            "s3fs": version_of(["s3fs", "--version"], r"V[\d.]+"),
+            "rclone": version_of(["rclone", "version"]),
+            "curl": version_of(["curl", "--version"]),
+            "fio": version_of(["fio", "--version"]),
+            "python": sys.version.split()[0],
+        }}
+
+
+def cpu_busy(seconds=2.0):
+    """The share of all CPUs busy over a short interval, from /proc/stat:
+    other work on the machine before the rig starts."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        idle = v[3] + (v[4] if len(v) > 4 else 0)
+        return sum(v[:8]), idle
+    t1, i1 = sample()
+    time.sleep(seconds)
+    t2, i2 = sample()
+    return 1.0 - (i2 - i1) / (t2 - t1) if t2 > t1 else None
+
+
+def _os_release():
+    try:
+        with open("/etc/os-release") as f:
+            for line in f:
+                if line.startswith("PRETTY_NAME="):
+                    return line.split("=", 1)[1].strip().strip('"')
+    except OSError:
+        pass
+    return platform.platform()
+
+
+def one_at_a_time(cache_dir):
+    """Holds an exclusive lock on <cache>/run.lock for the whole run: two rigs
+    at once would spoil each other's numbers (each drops the page cache and
+    loads both cores) and could write the same dataset twice.  A second run
+    waits for the first, saying so."""
+    import fcntl
+    path = os.path.join(cache_dir, "run.lock")
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        other = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+        log("another tools/bench/run.py (pid %s) is measuring on this machine; waiting for "
+            "it to finish, since two runs at once would spoil each other's numbers" % other)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+    return fd
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n", 1)[1])
+    ap.add_argument("--quick", action="store_true",
+                    help="small and short: 2,000 files, 256 MiB large file, 5 s fio, "
+                         "a smaller tree")
+    ap.add_argument("--files", type=int, help="RetinaNet files (default 20,000; --quick 2,000)")
+    ap.add_argument("--procs", type=int, default=32, help="reader processes (default 32)")
+    ap.add_argument("--runs", type=int, default=3, help="repetitions, median reported "
+                    "(default 3)")
+    ap.add_argument("--out", default=os.path.join(rig.SRC, "docs", "BENCHMARKS.md"),
+                    help="the report (default docs/BENCHMARKS.md); the chart goes next to it")
+    ap.add_argument("--only", help="comma list of measurements to run: " + ",".join(MEASUREMENTS))
+    ap.add_argument("--skip", default="", help="comma list of measurements to leave out")
+    ap.add_argument("--skip-peer", default="", help="comma list of s3fs,rclone to leave out")
+    ap.add_argument("--large-mib", type=int, help="large file size (default 2048; --quick 256)")
+    ap.add_argument("--tree-fanout", type=int, help="deep tree fan-out, 4 levels, 4 files per "
+                    "leaf directory (default 6: 5,184 files; --quick 4: 1,024)")
+    ap.add_argument("--fio-seconds", type=int, help="fio time bound (default 20; --quick 5)")
+    ap.add_argument("--failover-seconds", type=int, help="length of the endpoint-kill run "
+                    "(default 45; --quick 15)")
+    ap.add_argument("--concurrency", type=int, default=2048, help="concurrent readers "
+                    "(default 2048)")
+    ap.add_argument("--run-timeout", type=int, default=900,
+                    help="cut one run of readers off after this many seconds (default 900)")
+    ap.add_argument("--tree-timeout", type=int, default=300,
+                    help="cut a find/ls -lR off after this many seconds (default 300)")
+    ap.add_argument("--cache-dir", default=os.environ.get("BFS_BENCH_CACHE",
+                                                          "/var/tmp/bucketfs-bench"),
+                    help="where datasets live (default /var/tmp/bucketfs-bench)")
+    ap.add_argument("--render", metavar="RESULTS.json",
+                    help="measure nothing: rewrite --out from the raw results of an earlier "
+                         "run (results/*.json under the cache directory)")
+    ap.add_argument("--no-setup", action="store_true",
+                    help="do not run tools/bench/setup.sh (apt-get) first")
+    ap.add_argument("--build", action="store_true",
+                    help="meson compile -C build first (it is built anyway if missing)")
+    a = ap.parse_args(argv)
+    q = a.quick
+    a.files = a.files or (2000 if q else 20000)
+    a.large_mib = a.large_mib or (256 if q else 2048)
+    a.tree_fanout = a.tree_fanout or (4 if q else 6)
+    a.fio_seconds = a.fio_seconds or (5 if q else 20)
+    a.failover_seconds = a.failover_seconds or (15 if q else 45)
+    a.peers_skip = {p for p in a.skip_peer.split(",") if p}
+    sel = set(a.only.split(",")) if a.only else set(MEASUREMENTS)
+    sel -= set(s for s in a.skip.split(",") if s)
+    bad = sel - set(MEASUREMENTS)
+    if bad:
+        ap.error("unknown measurement(s): %s" % ", ".join(sorted(bad)))
+    a.selected = sel
+    return a
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    # Debian's python3-matplotlib lives under /usr/bin/python3 only.
+    if os.path.realpath(sys.executable) != os.path.realpath("/usr/bin/python3") \
+            and os.path.exists("/usr/bin/python3"):
+        os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *argv])
+    a = parse_args(argv)
+    if a.render:
+        with open(a.render) as f:
+            res = json.load(f)
+        out = os.path.abspath(a.out)
+        report.write(res, out)
+        log("wrote %s and %s from %s" % (out, report.chart_path(out), a.render))
+        return 0
+    if os.geteuid() != 0:
+        sys.exit("run.py: needs root (FUSE mounts, drop_caches, apt-get)")
+    if not a.no_setup:
+        log("setup: tools/bench/setup.sh")
+        r = subprocess.run([os.path.join(HERE, "setup.sh")], stdout=sys.stderr)
+        if r.returncode:
+            sys.exit("run.py: setup failed (status %d)" % r.returncode)
+    if a.build or not os.path.exists(os.path.join(rig.BUILD, "fs", "bucketfs")):
+        if not os.path.exists(os.path.join(rig.BUILD, "build.ninja")):
+            subprocess.run(["meson", "setup", rig.BUILD], cwd=rig.SRC, check=True,
+                           stdout=sys.stderr)
+        log("build: meson compile -C %s" % rig.BUILD)
+        r = subprocess.run(["meson", "compile", "-C", rig.BUILD], stdout=sys.stderr)
+        if r.returncode:
+            sys.exit("run.py: the build failed")
+
+    # Signals: SIGTERM/SIGHUP unwind like Ctrl-C, so every mount is unmounted
+    # and every server stopped.
+    def on_signal(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # even if started ignored
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGHUP, on_signal)
+    os.makedirs(a.cache_dir, exist_ok=True)
+    lock_fd = one_at_a_time(a.cache_dir)
+    rig.clear_stale()
+
+    started = datetime.datetime.now().astimezone()
+    a.stamp = started.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "")
+    t0 = time.monotonic()
+    bench = Bench(a)
+    status = 0
+    try:
+        rig.snapshot_binaries()
+        bench.res["machine"] = machine_info()
+        bench.prepare()
+        bench.run(a.selected)
+    except KeyboardInterrupt:
+        log("interrupted: unmounting and stopping everything")
+        status = 130
+    except Exception:
+        import traceback
+        traceback.print_exc()
+        status = 1
+    finally:
+        CLEANUP.run()
+    os.close(lock_fd)
+    if status == 130:
+        return status
+    res = bench.res
+    res["command"] = "tools/bench/run.py" + ("" if not argv else " " + " ".join(
+        shlex.quote(x) for x in argv))
+    res["started"] = started.strftime("%Y-%m-%d %H:%M %Z")
+    res["elapsed_s"] = time.monotonic() - t0
+    res["params"] = {k: getattr(a, k) for k in ("quick", "files", "procs", "runs", "large_mib",
+                                                "tree_fanout", "fio_seconds", "failover_seconds",
+                                                "concurrency")}
+    if status:
+        res["problems"].append(("run", "the run stopped early (status %d); see stderr" % status))
+    os.makedirs(os.path.join(a.cache_dir, "results"), exist_ok=True)
+    raw = os.path.join(a.cache_dir, "results", a.stamp + ".json")
+    with open(raw, "w") as f:
+        json.dump(res, f, indent=1, default=lambda o: repr(o))
+    res["raw_path"] = raw
+    out = os.path.abspath(a.out)
+    report.write(res, out)
+    log("wrote %s and %s (raw numbers: %s); %d:%02d elapsed"
+        % (out, report.chart_path(out), raw, res["elapsed_s"] // 60, res["elapsed_s"] % 60))
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,34 @@
+#!/bin/bash
+# Installs what the benchmark rig (tools/bench/run.py) needs on Debian 12, as
+# root: the project's own build and test dependencies (tools/setup.sh), then
+# nginx (the fast GET path), the peers s3fs and rclone, fio, matplotlib for
+# the chart, gnuplot, prlimit (util-linux) and curl.  Safe to run again: it
+# only calls apt-get when something is missing.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+tools/setup.sh
+
+packages=(nginx s3fs rclone fio python3-matplotlib gnuplot-nox curl util-linux fuse3)
+missing=()
+for p in "${packages[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+		missing+=("$p")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+	echo "bench setup: apt-get install ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	# policy-rc.d keeps the nginx package from starting a system nginx on :80.
+	rc_created=0
+	if [ ! -e /usr/sbin/policy-rc.d ]; then
+		printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+		chmod +x /usr/sbin/policy-rc.d
+		rc_created=1
+	fi
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+		status=$?
+	[ "$rc_created" = 1 ] && rm -f /usr/sbin/policy-rc.d
+	[ "${status:-0}" = 0 ] || exit "$status"
+fi
+echo "bench setup: done"
