@@ -472,7 +472,6 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	struct reloader r = { .m = m, .fs = fs };
 	g_autoptr(GError) error = NULL;
 	struct s3 *s3;
-	sigset_t set;
 	int rc = 1;
 
 	if (fuse_set_signal_handlers(se) != 0)
@@ -483,9 +482,6 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	fuse_daemonize(m->foreground);
 
 	/* Threads start only now: they do not survive the fork. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGHUP);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
 	s3 = s3_new(&m->cfg, &error);
 	if (!s3) {
 		log_error(LOG_LEVEL_ERR, error, "cannot start the S3 client");
@@ -524,8 +520,15 @@ int main(int argc, char **argv)
 	struct s3 *s3 = NULL;
 	struct fs *fs = NULL;
 	char *abs_mnt;
+	sigset_t hup;
 	int rc = 1;
 
+	/* SIGHUP is taken by sigwait() in reload_thread(): blocked from the
+	 * start in every thread, so it is never lost nor handled elsewhere
+	 * (libfuse would end the session on it). */
+	sigemptyset(&hup);
+	sigaddset(&hup, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	config_init(&m.cfg);
 	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);

@@ -292,7 +292,10 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	if (!index_is_dir(idx, id)) {
 		fuse_reply_err(req, ENOTDIR);
 	} else {
-		fi->keep_cache = is_current(data(req), ino);
+		/* Listings are cheap from the mapped index; a cached one
+		 * could outlive a SIGHUP switch, so each opendir reads
+		 * afresh (the cache serves the rest of that open). */
+		fi->keep_cache = 0;
 		fi->cache_readdir = 1;
 		fuse_reply_open(req, fi);
 	}
