@@ -520,11 +520,6 @@ void http_request_pin_endpoint(struct http_request *req, guint index)
 	req->pinned = (int)index;
 }
 
-const char *http_request_what(const struct http_request *req)
-{
-	return req->what;
-}
-
 static void attempt_free(struct attempt *a)
 {
 	if (!a)
@@ -1584,11 +1579,6 @@ guint http_queued(struct http *http)
 guint http_endpoint_count(const struct http *http)
 {
 	return http->endpoints->len;
-}
-
-guint http_max_attempts(const struct http *http)
-{
-	return http->max_attempts;
 }
 
 void http_submit(struct http *http, struct http_request *req)

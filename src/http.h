@@ -222,9 +222,6 @@ guint http_queued(struct http *http);
 /* Number of endpoints.  Any thread. */
 guint http_endpoint_count(const struct http *http);
 
-/* The max_attempts the engine was created with.  Any thread. */
-guint http_max_attempts(const struct http *http);
-
 /*
  * A new request.  @what describes it for errors and logs ("GET
  * s3://b/k"), copied.  @judge may be NULL (any 2xx is DONE, anything else
@@ -265,9 +262,6 @@ void http_request_set_max_attempts(struct http_request *req, guint n);
 
 /* Restricts every attempt to endpoint @index (doctor's per-endpoint checks). */
 void http_request_pin_endpoint(struct http_request *req, guint index);
-
-/* The description given to http_request_new().  Borrowed. */
-const char *http_request_what(const struct http_request *req);
 
 /*
  * Queues @req (ownership passes to the engine; it is freed after done()).

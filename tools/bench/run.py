@@ -294,6 +294,22 @@ class Bench:
                 "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
                 "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}
 
+    def mount_all(self, section, ds, paths, mounts):
+        """Mounts bucketfs and the peers not skipped, recording each into
+        @mounts (or the failure into paths[kind]["status"]); yields
+        (kind, mount) for each one that mounted."""
+        for kind in ("bucketfs", "s3fs", "rclone"):
+            if kind in self.a.peers_skip:
+                paths[kind]["status"] = "skipped (--skip-peer)"
+                continue
+            try:
+                mounts[kind] = self.mount(kind, ds).__enter__()
+            except Exception as exc:
+                paths[kind]["status"] = "failed to mount: %s" % exc
+                self.problem(section, "%s: %s" % (kind, exc))
+                continue
+            yield kind, mounts[kind]
+
     def m_dlio(self):
         a = self.a
         ds = self.retina
@@ -305,23 +321,20 @@ class Bench:
             paths[p] = {"runs": [], "status": None}
         mounts = {}
         try:
-            for kind in ("bucketfs", "s3fs", "rclone"):
-                if kind in a.peers_skip:
-                    paths[kind]["status"] = "skipped (--skip-peer)"
+            for kind, m in self.mount_all("dlio", ds, paths, mounts):
+                log("dlio: %s mounted in %.2f s" % (kind, m.ready_s))
+                if kind != "rclone":
                     continue
                 try:
-                    m = self.mount(kind, ds).__enter__()
-                    mounts[kind] = m
-                    log("dlio: %s mounted in %.2f s" % (kind, m.ready_s))
-                    if kind == "rclone":
-                        t = time.monotonic()
-                        n = len(os.listdir(m.path("train")))
-                        paths[kind]["note"] = ("directory listing cached first by one ls "
-                                               "(%d entries, %.1f s)" % (n, time.monotonic() - t))
-                        log("dlio: rclone: %s" % paths[kind]["note"])
+                    t = time.monotonic()
+                    n = len(os.listdir(m.path("train")))
                 except Exception as exc:
                     paths[kind]["status"] = "failed to mount: %s" % exc
                     self.problem("dlio", "%s: %s" % (kind, exc))
+                    continue
+                paths[kind]["note"] = ("directory listing cached first by one ls "
+                                       "(%d entries, %.1f s)" % (n, time.monotonic() - t))
+                log("dlio: rclone: %s" % paths[kind]["note"])
             for r in range(a.runs):
                 for p in order:
                     if paths[p]["status"] is not None:
@@ -414,15 +427,8 @@ class Bench:
             paths[p] = {"runs": [], "status": None}
         mounts = {}
         try:
-            for kind in ("bucketfs", "s3fs", "rclone"):
-                if kind in a.peers_skip:
-                    paths[kind]["status"] = "skipped (--skip-peer)"
-                    continue
-                try:
-                    mounts[kind] = self.mount(kind, ds).__enter__()
-                except Exception as exc:
-                    paths[kind]["status"] = "failed to mount: %s" % exc
-                    self.problem("large", "%s: %s" % (kind, exc))
+            for _ in self.mount_all("large", ds, paths, mounts):
+                pass
             for r in range(a.runs):
                 for p in order:
                     if paths[p]["status"] is not None:
