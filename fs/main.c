@@ -10,13 +10,25 @@
  * parent returns once the mount exists.  SIGHUP reopens the index file and
  * switches the live mount onto it; SIGTERM, SIGINT and fusermount3 -u
  * unmount cleanly.
+ *
+ * With -o index_url=s3://B/KEY the index comes from an index another host
+ * published (bucketfs-index publish) instead of a listing: a HEAD tells
+ * whether the local copy is that object (its ETag is remembered in
+ * "<index>.source"); if not, it is downloaded beside the index path, fully
+ * verified (every checksum; built for this bucket and prefix) and only then
+ * renamed into place.  When it cannot be had (missing, unreachable,
+ * corrupt, another bucket's), the cause is logged and the mount falls
+ * back to a valid local index, else to listing, unless
+ * index_url_fallback=fail.  SIGHUP and index_max_age fetch again.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <fuse_lowlevel.h>
@@ -43,6 +55,11 @@ struct mount {
 	guint list_workers;
 	double index_max_age; /* seconds, 0 = never rebuild in the background */
 	GPtrArray *fuse_opts; /* of char *: options FUSE itself takes */
+	char *index_url;      /* -o index_url=, or NULL */
+	char *pub_bucket;     /* index_url split */
+	char *pub_key;
+	gboolean fallback_fail; /* index_url_fallback=fail */
+	GMutex fetch_lock;	/* one build or fetch at a time */
 };
 
 /* clang-format off */
@@ -70,18 +87,39 @@ static const char mount_help[] =
 "    list_workers=N        parallel listings when building the index\n"
 "                          (default 4 per endpoint)\n"
 "    index_max_age=SECS    rebuild an index older than SECS in the\n"
-"                          background and switch to it (default: never)\n"
+"                          background and switch to it (default: never);\n"
+"                          with index_url, fetch it again every SECS\n"
+"    index_url=s3://B/KEY  use the index published there (bucketfs-index\n"
+"                          publish) instead of listing the bucket; it is\n"
+"                          verified before use, and downloaded only when\n"
+"                          its ETag changed\n"
+"    index_url_fallback=list|fail  when the published index is missing,\n"
+"                          unreachable, corrupt or another bucket's: use\n"
+"                          a valid local index or list the bucket (list,\n"
+"                          the default), or refuse to mount (fail)\n"
 "    whole_max=BYTES       objects up to this size are fetched whole at\n"
 "                          open (default 8 MiB)\n"
 "    window_max=BYTES      largest sequential readahead window of a\n"
 "                          larger object (default 64 MiB)\n"
 "    memory_max=BYTES      all prefetch buffers together (default 1 GiB)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 64)\n"
+"    direct_io=small|all|none  which files bypass the kernel's page\n"
+"                          cache: those fetched whole (small, the\n"
+"                          default: one copy less, but mmap(MAP_SHARED)\n"
+"                          of them fails with ENODEV), every file, or\n"
+"                          none\n"
+"    writable              let names the index doesn't have be created,\n"
+"                          written (uploaded whole with one PUT at\n"
+"                          close), removed, and looked up on S3; mkdir\n"
+"                          makes a \"DIR/\" marker; indexed objects stay\n"
+"                          read-only; rename and link give EXDEV\n"
+"    write_max=BYTES       largest file in writable mode (64 MiB)\n"
 "    allow_other           let other users see the mount (FUSE)\n"
 "    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
 "\n"
 "SIGHUP makes a mounted bucketfs reopen its index file and switch to it\n"
-"(after bucketfs-index build); open files keep working.\n";
+"(after bucketfs-index build), or fetch index_url again; open files keep\n"
+"working.\n";
 /* clang-format on */
 
 static void print_help(void)
@@ -146,6 +184,64 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 	}
 	if (!strcmp(name, "index_max_age"))
 		return parse_number(name, v, 1e9, &m->index_max_age, error);
+	if (!strcmp(name, "writable") && !eq) {
+		m->fs.writable = TRUE;
+		return TRUE;
+	}
+	if (!strcmp(name, "write_max")) {
+		if (!parse_number(name, v, 5e9, &d, error) || d < 1) {
+			g_clear_error(error);
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'write_max': '%s' is not a size "
+				    "between 1 byte and 5 GB",
+				    v);
+			return FALSE;
+		}
+		m->fs.write_max = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "direct_io")) {
+		static const char *const modes[] = { "small", "all", "none" };
+		guint i;
+
+		for (i = 0; i < G_N_ELEMENTS(modes); i++)
+			if (!strcmp(v, modes[i])) {
+				m->fs.direct_io = (enum fs_direct_io)i;
+				return TRUE;
+			}
+		{
+			g_autofree char *e = log_escape(v, -1);
+
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'direct_io': '%s' is not 'small', "
+				    "'all' or 'none'",
+				    e);
+		}
+		return FALSE;
+	}
+	if (!strcmp(name, "index_url")) {
+		g_clear_pointer(&m->pub_bucket, g_free);
+		g_clear_pointer(&m->pub_key, g_free);
+		g_free(m->index_url);
+		m->index_url = g_strdup(v);
+		if (s3_parse_object_url(v, &m->pub_bucket, &m->pub_key, error))
+			return TRUE;
+		g_prefix_error(error, "option 'index_url': ");
+		return FALSE;
+	}
+	if (!strcmp(name, "index_url_fallback")) {
+		if (strcmp(v, "list") != 0 && strcmp(v, "fail") != 0) {
+			g_autofree char *e = log_escape(v, -1);
+
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'index_url_fallback': '%s' is "
+				    "not 'list' or 'fail'",
+				    e);
+			return FALSE;
+		}
+		m->fallback_fail = !strcmp(v, "fail");
+		return TRUE;
+	}
 	if (!strcmp(name, "list_workers")) {
 		if (!parse_number(name, v, 32, &d, error) || d < 1) {
 			g_clear_error(error);
@@ -282,6 +378,239 @@ static void report_hidden(struct index *idx)
 		s.skipped_deep, s.shadowed);
 }
 
+/* -- the published index (index_url) ----------------------------------- */
+
+/*
+ * "<index>.source" says which published object the local index is:
+ * "URL\tETAG\tCREATED\tFILE_SIZE\n".  The header's creation time and size
+ * tie it to the file, so an index rebuilt locally at the same path since
+ * does not pass for the published one.
+ */
+static char *source_path(const struct mount *m)
+{
+	return g_strconcat(m->index_path, ".source", NULL);
+}
+
+static char *source_line(const struct mount *m, const char *etag,
+			 const struct index_stats *s)
+{
+	return g_strdup_printf("%s\t%s\t%" G_GINT64_FORMAT
+			       "\t%" G_GUINT64_FORMAT "\n",
+			       m->index_url, etag, s->created, s->file_size);
+}
+
+/* Whether the local index is the published object with ETag @etag. */
+static struct index *local_copy_of(struct mount *m, const char *etag)
+{
+	g_autofree char *path = source_path(m);
+	g_autofree char *want = NULL;
+	char buf[4096];
+	struct index_stats s;
+	struct index *idx;
+	ssize_t n;
+	int fd;
+
+	fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return NULL;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return NULL;
+	buf[n] = '\0';
+	idx = index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, NULL);
+	if (!idx)
+		return NULL;
+	index_get_stats(idx, &s);
+	want = source_line(m, etag, &s);
+	if (strcmp(buf, want) != 0)
+		g_clear_pointer(&idx, index_unref);
+	return idx;
+}
+
+/* Writes @data to a new 0600 file beside @path and renames it there. */
+static gboolean write_atomically(const char *path, const char *data,
+				 GError **error)
+{
+	g_autofree char *tmp = g_strconcat(path, ".XXXXXX", NULL);
+	gsize len = strlen(data);
+	int fd = g_mkstemp_full(tmp, O_RDWR | O_CLOEXEC, 0600);
+	int e;
+
+	if (fd < 0)
+		goto fail;
+	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
+		e = errno;
+		close(fd);
+		unlink(tmp);
+		errno = e;
+		goto fail;
+	}
+	close(fd);
+	if (rename(tmp, path) == 0)
+		return TRUE;
+	e = errno;
+	unlink(tmp);
+	errno = e;
+fail:
+	e = errno;
+	g_set_error(error, BFS_ERROR, e, "writing %s: %s", path, g_strerror(e));
+	return FALSE;
+}
+
+static void fsync_dir(const char *dir)
+{
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd >= 0) {
+		fsync(fd);
+		close(fd);
+	}
+}
+
+static void fetch_progress(guint64 done, guint64 total, void *user)
+{
+	fprintf(stderr, "\r%s: %.1f of %.1f MiB", (const char *)user,
+		done / 1048576.0, total / 1048576.0);
+	if (done == total)
+		fputc('\n', stderr);
+}
+
+/*
+ * Downloads the published index (HEAD gave @meta) to a new 0600 file in
+ * the index's 0700 directory, checks all of it, and renames it into place.
+ * Nothing unchecked is ever at m->index_path.
+ */
+static gboolean download_published(struct mount *m, struct s3 *pub,
+				   const struct s3_object_meta *meta,
+				   gboolean interactive, GError **error)
+{
+	g_autofree char *dir = g_path_get_dirname(m->index_path);
+	g_autofree char *tmp =
+		g_strconcat(m->index_path, ".fetch-XXXXXX", NULL);
+	g_autofree char *src = source_path(m);
+	g_autofree char *line = NULL;
+	struct index *idx = NULL;
+	struct index_stats s;
+	struct stat st;
+	int fd, e;
+
+	/* As for a listing (load_index()): a symlink or a directory at the
+	 * index path is the user's, never replaced. */
+	if (lstat(m->index_path, &st) == 0 && !S_ISREG(st.st_mode)) {
+		g_set_error(
+			error, BFS_ERROR, S_ISLNK(st.st_mode) ? ELOOP : EINVAL,
+			"index %s: %s (refused, not replaced)", m->index_path,
+			S_ISLNK(st.st_mode) ? "is a symbolic link"
+					    : "not a regular file");
+		return FALSE;
+	}
+	if (g_mkdir_with_parents(dir, 0700) < 0) {
+		e = errno;
+		g_set_error(error, BFS_ERROR, e, "creating %s: %s", dir,
+			    g_strerror(e));
+		return FALSE;
+	}
+	fd = g_mkstemp_full(tmp, O_RDWR | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		e = errno;
+		g_set_error(error, BFS_ERROR, e, "creating %s: %s", tmp,
+			    g_strerror(e));
+		return FALSE;
+	}
+	if (!s3_get_to_fd(pub, m->pub_key, meta->size, meta->etag, 0, fd,
+			  interactive && isatty(STDERR_FILENO) ? fetch_progress
+							       : NULL,
+			  m->index_url, error))
+		goto fail;
+	if (fsync(fd) != 0) {
+		e = errno;
+		g_set_error(error, BFS_ERROR, e, "fsync %s: %s", tmp,
+			    g_strerror(e));
+		goto fail;
+	}
+	close(fd);
+	fd = -1;
+	idx = index_open(tmp, m->cfg.bucket, m->cfg.prefix, error);
+	if (!idx || !index_verify(idx, error)) {
+		g_prefix_error(error, "refusing it: ");
+		goto fail;
+	}
+	index_get_stats(idx, &s);
+	g_clear_pointer(&idx, index_unref);
+	/* The old .source must not vouch for the new file, even briefly. */
+	unlink(src);
+	if (rename(tmp, m->index_path) != 0) {
+		e = errno;
+		g_set_error(error, BFS_ERROR, e, "renaming %s to %s: %s", tmp,
+			    m->index_path, g_strerror(e));
+		goto fail;
+	}
+	fsync_dir(dir);
+	line = source_line(m, meta->etag, &s);
+	if (!write_atomically(src, line, error)) {
+		g_prefix_error(error, "fetched, but ");
+		return FALSE;
+	}
+	return TRUE;
+fail:
+	index_unref(idx);
+	if (fd >= 0)
+		close(fd);
+	unlink(tmp);
+	return FALSE;
+}
+
+/*
+ * The published index, checked, at m->index_path: the local copy when it
+ * is the current object, else downloaded.  *@fresh tells which.
+ */
+static struct index *fetch_published(struct mount *m, gboolean interactive,
+				     gboolean *fresh, GError **error)
+{
+	struct s3_object_meta meta = { 0 };
+	struct s3 *pub = NULL;
+	struct index *idx = NULL;
+	gint64 t0 = g_get_monotonic_time();
+
+	*fresh = FALSE;
+	g_mutex_lock(&m->fetch_lock);
+	pub = s3_new_for_bucket(&m->cfg, m->pub_bucket, error);
+	if (!pub || !s3_head(pub, m->pub_key, -1, &meta, error))
+		goto out;
+	if (!meta.etag || !meta.size) {
+		g_set_error(error, BFS_ERROR, EBADMSG, "HEAD s3://%s/%s: %s",
+			    m->pub_bucket, m->pub_key,
+			    meta.size ? "no ETag" : "an empty object");
+		goto out;
+	}
+	idx = local_copy_of(m, meta.etag);
+	if (idx) {
+		log_msg(LOG_LEVEL_INFO,
+			"published index %s unchanged (ETag %s): using %s",
+			m->index_url, meta.etag, m->index_path);
+		goto out;
+	}
+	if (!download_published(m, pub, &meta, interactive, error))
+		goto out;
+	idx = index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, error);
+	if (idx) {
+		*fresh = TRUE;
+		log_msg(LOG_LEVEL_NOTICE,
+			"fetched and verified the published index %s (ETag "
+			"%s, %" G_GUINT64_FORMAT " bytes) in %.1f s into %s",
+			m->index_url, meta.etag, meta.size,
+			(g_get_monotonic_time() - t0) / 1e6, m->index_path);
+	}
+out:
+	if (!idx)
+		g_prefix_error(error, "published index %s: ", m->index_url);
+	s3_free(pub);
+	s3_object_meta_clear(&meta);
+	g_mutex_unlock(&m->fetch_lock);
+	return idx;
+}
+
 /*
  * The index to serve: the file at m->index_path if it is valid for this
  * bucket and prefix; otherwise (missing, corrupt, truncated, another
@@ -291,7 +620,22 @@ static struct index *load_index(struct mount *m, struct s3 *s3, GError **error)
 {
 	g_autoptr(GError) why = NULL;
 	struct index *idx;
+	gboolean fresh;
 
+	if (m->index_url) {
+		idx = fetch_published(m, TRUE, &fresh, &why);
+		if (idx)
+			return idx;
+		if (m->fallback_fail) {
+			g_propagate_error(error, g_steal_pointer(&why));
+			g_prefix_error(error, "index_url_fallback=fail: ");
+			return NULL;
+		}
+		log_error(LOG_LEVEL_WARNING, why,
+			  "not using the published index; falling back to "
+			  "the local index or a listing");
+		g_clear_error(&why);
+	}
 	idx = index_open(m->index_path, m->cfg.bucket, m->cfg.prefix, &why);
 	if (idx)
 		return idx;
@@ -321,6 +665,33 @@ struct reloader {
 	struct fs *fs;
 	struct s3 *s3; /* borrowed from fs */
 };
+
+static void serve_index(struct reloader *r, struct index *idx, const char *why)
+{
+	fs_switch_index(r->fs, idx);
+	log_msg(LOG_LEVEL_NOTICE, "%s: now serving %s", why, index_path(idx));
+	report_hidden(idx);
+}
+
+/*
+ * With index_url: fetch it again and switch to it if it changed (or
+ * always, with @force).  On failure the current index stays.
+ */
+static void refetch(struct reloader *r, const char *why, gboolean force)
+{
+	g_autoptr(GError) error = NULL;
+	gboolean fresh;
+	struct index *idx = fetch_published(r->m, FALSE, &fresh, &error);
+
+	if (!idx) {
+		log_error(LOG_LEVEL_ERR, error, "%s: keeping the current index",
+			  why);
+		return;
+	}
+	if (fresh || force)
+		serve_index(r, idx, why);
+	index_unref(idx);
+}
 
 static void switch_to(struct reloader *r, const char *why)
 {
@@ -356,6 +727,13 @@ static gpointer refresh_thread(gpointer data)
 		index_unref(idx);
 		age = g_get_real_time() / G_USEC_PER_SEC - s.created;
 		wait = MAX(1, max_age - age);
+		if (r->m->index_url) {
+			/* A published index is as old as its publisher made
+			 * it: look for a new one every max_age instead. */
+			g_usleep((gulong)MAX(1, max_age) * G_USEC_PER_SEC);
+			refetch(r, "index_max_age", FALSE);
+			continue;
+		}
 		g_usleep((gulong)MIN(wait, 3600) * G_USEC_PER_SEC);
 		if (wait > 3600)
 			continue;
@@ -382,7 +760,11 @@ static gpointer reload_thread(gpointer data)
 	sigemptyset(&set);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
-		if (sigwait(&set, &sig) == 0)
+		if (sigwait(&set, &sig) != 0)
+			continue;
+		if (r->m->index_url)
+			refetch(r, "SIGHUP", TRUE);
+		else
 			switch_to(r, "SIGHUP");
 	}
 	return NULL;
@@ -452,11 +834,18 @@ static gpointer verify_thread(gpointer data)
 	g_autoptr(GError) error = NULL;
 
 	if (!index_verify(idx, &error)) {
+		g_autofree char *src = source_path(r->m);
+
 		log_error(LOG_LEVEL_ERR, error,
 			  "the index being served is "
-			  "corrupt; rebuilding it");
+			  "corrupt; %s it",
+			  r->m->index_url ? "fetching" : "rebuilding");
 		g_clear_error(&error);
-		if (build_index(r->m, r->s3, FALSE, &error))
+		if (r->m->index_url) {
+			/* Whatever the .source says, this copy is bad. */
+			unlink(src);
+			refetch(r, "fetched after a failed check", TRUE);
+		} else if (build_index(r->m, r->s3, FALSE, &error))
 			switch_to(r, "rebuilt after a failed check");
 		else
 			log_error(LOG_LEVEL_ERR, error, "rebuild failed");
@@ -530,6 +919,7 @@ int main(int argc, char **argv)
 	sigaddset(&hup, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	config_init(&m.cfg);
+	g_mutex_init(&m.fetch_lock);
 	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);
 	if (!parse_args(&m, argc, argv, &error)) {
@@ -588,6 +978,10 @@ out:
 	g_ptr_array_unref(m.fuse_opts);
 	g_free(m.mountpoint);
 	g_free(m.index_path);
+	g_free(m.index_url);
+	g_free(m.pub_bucket);
+	g_free(m.pub_key);
+	g_mutex_clear(&m.fetch_lock);
 	config_clear(&m.cfg);
 	return rc;
 }

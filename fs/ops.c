@@ -9,6 +9,7 @@
 #include "log.h"
 #include "ops.h"
 #include "http.h"
+#include "overlay.h"
 #include "readahead.h"
 
 #define GEN_SHIFT	 40
@@ -16,6 +17,11 @@
 #define BLOCK		 4096
 #define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
+/* Writable mode: node ids of names the index doesn't have (overlay.h),
+ * and readdir offsets of those names after a directory's indexed ones. */
+#define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
+#define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
+#define OVERLAY_TIMEOUT 1.0
 /* Files fetched ahead of one opened in listing order. */
 #define LISTING_AHEAD 16
 
@@ -29,6 +35,7 @@ struct gen {
 struct fs {
 	struct s3 *s3;		 /* set before the loop, then immutable */
 	struct readahead *ra;	 /* likewise */
+	struct overlay *ov;	 /* likewise; NULL unless writable */
 	struct fuse_session *se; /* likewise */
 	struct fs_options opts;
 
@@ -47,11 +54,63 @@ struct fs {
 struct handle {
 	char *key;
 	struct ra_file *rf;
+	struct ov_file *of; /* instead of rf, for an overlay file */
 };
 
 static struct fs *data(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
+}
+
+/* -- overlay nodes (writable mode) -------------------------------------- */
+
+static gboolean is_overlay(fuse_ino_t ino)
+{
+	return (ino >> GEN_SHIFT) == OVERLAY_GEN;
+}
+
+static fuse_ino_t ov_ino(guint64 node)
+{
+	return (OVERLAY_GEN << GEN_SHIFT) | node;
+}
+
+static void ov_fill_stat(const struct ov_attr *a, struct stat *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->st_ino = a->ino;
+	st->st_mode = a->is_dir ? S_IFDIR | 0755 : S_IFREG | 0644;
+	st->st_nlink = a->is_dir ? 2 : 1;
+	st->st_size = (off_t)a->size;
+	st->st_blksize = BLOCK;
+	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
+	st->st_mtime = st->st_ctime = st->st_atime = (time_t)a->mtime;
+}
+
+static void reply_ov_entry(fuse_req_t req, struct fs *fs,
+			   const struct ov_attr *a)
+{
+	struct fuse_entry_param e = { 0 };
+
+	e.ino = ov_ino(a->node);
+	e.generation = 1;
+	e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
+	ov_fill_stat(a, &e.attr);
+	if (fuse_reply_entry(req, &e) != 0)
+		overlay_forget(fs->ov, a->node, 1);
+}
+
+/* Logs a failed writable-mode operation with its cause; replies errno. */
+static void reply_ov_error(fuse_req_t req, const GError *error,
+			   const char *what, const char *name)
+{
+	int code = bfs_error_errno(error);
+
+	if (code != ENOENT && code != EEXIST && code != ENOTEMPTY) {
+		g_autofree char *n = log_escape(name, -1);
+
+		log_error(LOG_LEVEL_ERR, error, "%s '%s'", what, n);
+	}
+	fuse_reply_err(req, code);
 }
 
 /* -- generations -------------------------------------------------------- */
@@ -176,6 +235,11 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n)
 
 	if (ino == FUSE_ROOT_ID)
 		return;
+	if (is_overlay(ino)) {
+		if (fs->ov)
+			overlay_forget(fs->ov, ino & ID_MASK, n);
+		return;
+	}
 	g_mutex_lock(&fs->lock);
 	g = g_hash_table_lookup(fs->gens, &number);
 	if (g) {
@@ -185,9 +249,67 @@ static void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n)
 	g_mutex_unlock(&fs->lock);
 }
 
+/*
+ * The key of a child of directory @parent, prefix included: the
+ * directory's key ("" or ending with '/') followed by @name.  NULL with
+ * *@err set when @parent is gone or is not a directory.
+ */
+static char *child_key(struct fs *fs, fuse_ino_t parent, const char *name,
+		       int *err)
+{
+	g_autofree char *dir = NULL;
+	index_id id;
+	struct index *idx;
+
+	*err = ENOENT;
+	if (is_overlay(parent)) {
+		struct ov_attr a;
+
+		if (!fs->ov || !overlay_getattr(fs->ov, parent & ID_MASK, &a))
+			return NULL;
+		*err = ENOTDIR;
+		if (!a.is_dir)
+			return NULL;
+		dir = overlay_key(fs->ov, parent & ID_MASK);
+		return dir ? g_strconcat(dir, "/", name, NULL) : NULL;
+	}
+	idx = resolve(fs, parent, &id);
+	if (!idx)
+		return NULL;
+	*err = ENOTDIR;
+	if (index_is_dir(idx, id))
+		dir = index_key(idx, id);
+	index_unref(idx);
+	return dir ? g_strconcat(dir, name, NULL) : NULL;
+}
+
+/* Writable mode: a name the index doesn't have, from the overlay or S3. */
+static void lookup_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
+			   const char *name)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key = NULL;
+	struct ov_attr a;
+	int err;
+
+	key = child_key(fs, parent, name, &err);
+	if (!key) {
+		fuse_reply_err(req, err);
+	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
+		reply_ov_entry(req, fs, &a);
+	} else if (bfs_error_errno(error) == ENOENT) {
+		/* Not cached: another host may make the name any time. */
+		struct fuse_entry_param neg = { 0 };
+
+		fuse_reply_entry(req, &neg);
+	} else {
+		reply_ov_error(req, error, "lookup", key);
+	}
+}
+
 /* -- attributes --------------------------------------------------------- */
 
-static void fill_stat(struct index *idx, index_id id, fuse_ino_t ino,
+static void fill_stat(struct index *idx, index_id id, gboolean writable,
 		      struct stat *st)
 {
 	struct index_attr a;
@@ -195,13 +317,14 @@ static void fill_stat(struct index *idx, index_id id, fuse_ino_t ino,
 	index_get_attr(idx, id, &a);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a.ino;
-	st->st_mode = a.is_dir ? S_IFDIR | 0555 : S_IFREG | 0444;
+	/* In writable mode, directories take new names (overlay.h). */
+	st->st_mode =
+		a.is_dir ? S_IFDIR | (writable ? 0755 : 0555) : S_IFREG | 0444;
 	st->st_nlink = a.is_dir ? 2 : 1;
 	st->st_size = (off_t)a.size;
 	st->st_blksize = BLOCK;
 	st->st_blocks = (blkcnt_t)((a.size + 511) / 512);
 	st->st_mtime = st->st_ctime = st->st_atime = (time_t)a.mtime;
-	(void)ino;
 }
 
 static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
@@ -213,7 +336,7 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
-	fill_stat(idx, id, e.ino, &e.attr);
+	fill_stat(idx, id, fs->ov != NULL, &e.attr);
 	if (fuse_reply_entry(req, &e) != 0)
 		forget_one(fs, e.ino, 1);
 }
@@ -222,13 +345,20 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = data(req);
 	index_id dir, child;
-	struct index *idx = resolve(fs, parent, &dir);
+	struct index *idx;
 
+	if (fs->ov && is_overlay(parent)) {
+		lookup_overlay(req, fs, parent, name);
+		return;
+	}
+	idx = resolve(fs, parent, &dir);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	if (!index_lookup(idx, dir, name, strlen(name), &child)) {
+	if (!index_lookup(idx, dir, name, strlen(name), &child) && fs->ov) {
+		lookup_overlay(req, fs, parent, name);
+	} else if (!index_lookup(idx, dir, name, strlen(name), &child)) {
 		struct fuse_entry_param neg = {
 			.entry_timeout =
 				MIN(fs->opts.entry_timeout, NEGATIVE_TIMEOUT),
@@ -264,15 +394,27 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 {
 	struct fs *fs = data(req);
 	index_id id;
-	struct index *idx = resolve(fs, ino, &id);
+	struct index *idx;
 	struct stat st;
 
 	(void)fi;
+	if (is_overlay(ino)) {
+		struct ov_attr a;
+
+		if (!fs->ov || !overlay_getattr(fs->ov, ino & ID_MASK, &a)) {
+			fuse_reply_err(req, ENOENT);
+			return;
+		}
+		ov_fill_stat(&a, &st);
+		fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
+		return;
+	}
+	idx = resolve(fs, ino, &id);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	fill_stat(idx, id, ino, &st);
+	fill_stat(idx, id, fs->ov != NULL, &st);
 	fuse_reply_attr(req, &st, fs->opts.entry_timeout);
 	index_unref(idx);
 }
@@ -283,8 +425,21 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	index_id id;
-	struct index *idx = resolve(data(req), ino, &id);
+	struct index *idx;
 
+	if (is_overlay(ino)) {
+		struct ov_attr a;
+		struct fs *fs = data(req);
+
+		if (!fs->ov || !overlay_getattr(fs->ov, ino & ID_MASK, &a))
+			fuse_reply_err(req, ENOENT);
+		else if (!a.is_dir)
+			fuse_reply_err(req, ENOTDIR);
+		else
+			fuse_reply_open(req, fi);
+		return;
+	}
+	idx = resolve(data(req), ino, &id);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
@@ -310,6 +465,88 @@ static ino_t dir_ino(struct index *idx, index_id id)
 	return a.ino;
 }
 
+/* A readdir reply being filled. */
+struct dirbuf {
+	fuse_req_t req;
+	gboolean plus;
+	char *buf;
+	size_t size, used;
+};
+
+/* Adds one entry followed by offset @next; FALSE when it doesn't fit. */
+static gboolean dirbuf_add(struct dirbuf *db, const char *name,
+			   const struct fuse_entry_param *e, off_t next)
+{
+	size_t n, room = db->size - db->used;
+
+	n = db->plus ? fuse_add_direntry_plus(db->req, db->buf + db->used, room,
+					      name, e, next)
+		     : fuse_add_direntry(db->req, db->buf + db->used, room,
+					 name, &e->attr, next);
+	if (n > room)
+		return FALSE;
+	db->used += n;
+	return TRUE;
+}
+
+/* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
+static gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self,
+			    ino_t parent)
+{
+	for (; *off < 2; (*off)++) {
+		struct fuse_entry_param e = { 0 };
+
+		e.attr.st_ino = *off == 0 ? self : parent;
+		e.attr.st_mode = S_IFDIR;
+		if (!dirbuf_add(db, *off == 0 ? "." : "..", &e, *off + 1))
+			return FALSE;
+	}
+	return TRUE;
+}
+
+/*
+ * Writable mode: the overlay's names in directory @dir_key, after the
+ * indexed ones (those win a clash), at offsets OVERLAY_DIROFF + i + 1.
+ * readdirplus hands no lookup for them (node id 0): the kernel looks
+ * them up when used.
+ */
+static void dirbuf_overlay(struct dirbuf *db, struct fs *fs, off_t off,
+			   const char *dir_key, struct index *idx, index_id dir)
+{
+	g_autoptr(GPtrArray) kids = overlay_children(fs->ov, dir_key);
+	guint64 i = (guint64)off > OVERLAY_DIROFF ? off - OVERLAY_DIROFF : 0;
+	index_id shadow;
+
+	for (; i < kids->len; i++) {
+		const struct ov_dirent *d = kids->pdata[i];
+		struct fuse_entry_param e = { 0 };
+
+		if (idx &&
+		    index_lookup(idx, dir, d->name, strlen(d->name), &shadow))
+			continue;
+		ov_fill_stat(&d->attr, &e.attr);
+		if (!dirbuf_add(db, d->name, &e, OVERLAY_DIROFF + i + 1))
+			return;
+	}
+}
+
+static void readdir_overlay(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
+			    off_t off)
+{
+	g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
+	g_autofree char *dir_key = NULL;
+	struct ov_attr a;
+
+	if (!key || !overlay_getattr(fs->ov, ino & ID_MASK, &a)) {
+		fuse_reply_err(db->req, ENOENT);
+		return;
+	}
+	dir_key = g_strconcat(key, "/", NULL);
+	if (dirbuf_dots(db, &off, a.ino, FUSE_ROOT_ID))
+		dirbuf_overlay(db, fs, off, dir_key, NULL, 0);
+	fuse_reply_buf(db->req, db->buf, db->used);
+}
+
 /*
  * Offsets: 1 and 2 follow "." and ".."; a child at position p is followed
  * by offset p + 3.  Positions are fixed for the life of the index, so
@@ -320,65 +557,52 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 {
 	struct fs *fs = data(req);
 	index_id dir, child;
-	struct index *idx = resolve(fs, ino, &dir);
-	g_autofree char *buf = NULL;
-	size_t used = 0;
+	struct index *idx;
+	g_autofree char *buf = g_malloc(size);
+	struct dirbuf db = { req, plus, buf, size, 0 };
+	gboolean full = FALSE;
 	guint64 pos, next;
 
+	if (is_overlay(ino) && fs->ov) {
+		readdir_overlay(&db, fs, ino, off);
+		return;
+	}
+	idx = resolve(fs, ino, &dir);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	buf = g_malloc(size);
-	for (; off < 2; off++) {
-		struct fuse_entry_param e = { 0 };
-		const char *name = off == 0 ? "." : "..";
-		size_t n;
-
-		e.attr.st_ino =
-			dir_ino(idx, off == 0 ? dir : index_parent(idx, dir));
-		e.attr.st_mode = S_IFDIR;
-		n = plus ? fuse_add_direntry_plus(req, buf + used, size - used,
-						  name, &e, off + 1)
-			 : fuse_add_direntry(req, buf + used, size - used, name,
-					     &e.attr, off + 1);
-		if (n > size - used)
-			goto reply;
-		used += n;
-	}
+	full = !dirbuf_dots(&db, &off, dir_ino(idx, dir),
+			    dir_ino(idx, index_parent(idx, dir)));
 	pos = (guint64)off - 2;
-	while (index_child_at(idx, dir, pos, &child, &next)) {
+	while (!full && (guint64)off < OVERLAY_DIROFF &&
+	       index_child_at(idx, dir, pos, &child, &next)) {
 		struct fuse_entry_param e = { 0 };
 		const char *name = index_name(idx, child, NULL);
-		size_t n;
 
 		pos = next;
 		if (!name)
 			continue;
-		fill_stat(idx, child, 0, &e.attr);
-		if (!plus) {
-			n = fuse_add_direntry(req, buf + used, size - used,
-					      name, &e.attr, (off_t)next + 2);
-			if (n > size - used)
-				break;
-			used += n;
-			continue;
+		fill_stat(idx, child, fs->ov != NULL, &e.attr);
+		if (plus) {
+			/* readdirplus hands the kernel a lookup: count it
+			 * only if the entry fits. */
+			e.attr_timeout = e.entry_timeout =
+				fs->opts.entry_timeout;
+			e.generation = 1;
+			e.ino = node_for(fs, idx, child);
 		}
-		/* readdirplus hands the kernel a lookup: count it only if
-		 * the entry fits. */
-		e.attr_timeout = e.entry_timeout = fs->opts.entry_timeout;
-		e.generation = 1;
-		e.ino = node_for(fs, idx, child);
-		n = fuse_add_direntry_plus(req, buf + used, size - used, name,
-					   &e, (off_t)next + 2);
-		if (n > size - used) {
+		full = !dirbuf_add(&db, name, &e, (off_t)next + 2);
+		if (full && plus)
 			forget_one(fs, e.ino, 1);
-			break;
-		}
-		used += n;
 	}
-reply:
-	fuse_reply_buf(req, buf, used);
+	if (!full && fs->ov) {
+		g_autofree char *dir_key = index_key(idx, dir);
+
+		if (dir_key)
+			dirbuf_overlay(&db, fs, off, dir_key, idx, dir);
+	}
+	fuse_reply_buf(req, buf, db.used);
 	index_unref(idx);
 }
 
@@ -400,7 +624,10 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 static void handle_free(struct handle *h)
 {
-	readahead_release(h->rf);
+	if (h->of)
+		overlay_release(h->of);
+	else
+		readahead_release(h->rf);
 	g_free(h->key);
 	g_free(h);
 }
@@ -449,14 +676,88 @@ static void follow_listing(struct fs *fs, struct index *idx, index_id id)
 		announce(fs, idx, i);
 }
 
+/*
+ * Whether reads of an object of @size skip the kernel's page cache: the
+ * reply is then copied straight into the reader's buffer, one copy instead
+ * of a copy into fresh page-cache pages plus another out of them, and one
+ * FUSE read per read(2) instead of the kernel's readahead pieces.  Objects
+ * fetched whole are read once per epoch, so the cache gains them nothing;
+ * large ones keep it by default, for mmap(MAP_SHARED), which a direct_io
+ * file refuses with ENODEV.
+ */
+static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
+{
+	switch (fs->opts.direct_io) {
+	case FS_DIRECT_IO_ALL:
+		return TRUE;
+	case FS_DIRECT_IO_NONE:
+		return FALSE;
+	default:
+		return size <= readahead_whole_max(fs->ra);
+	}
+}
+
+/* A handle on an overlay file: always direct, always flushed at close. */
+static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
+			  const char *key, struct fuse_file_info *fi,
+			  const struct ov_attr *created)
+{
+	struct handle *h = g_new0(struct handle, 1);
+
+	h->key = g_strdup(key);
+	h->of = of;
+	fi->fh = (uint64_t)(uintptr_t)h;
+	fi->direct_io = 1;
+	fi->keep_cache = 0;
+	if (created) {
+		struct fuse_entry_param e = { 0 };
+
+		e.ino = ov_ino(created->node);
+		e.generation = 1;
+		e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
+		ov_fill_stat(created, &e.attr);
+		if (fuse_reply_create(req, &e, fi) != 0) {
+			overlay_forget(fs->ov, created->node, 1);
+			handle_free(h);
+		}
+	} else if (fuse_reply_open(req, fi) != 0) {
+		handle_free(h);
+	}
+}
+
+static void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			 struct fuse_file_info *fi)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
+	gboolean wr = (fi->flags & O_ACCMODE) != O_RDONLY;
+	struct ov_file *of;
+
+	if (!key) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	of = overlay_open(fs->ov, ino & ID_MASK, wr, !!(fi->flags & O_TRUNC),
+			  &error);
+	if (!of)
+		reply_ov_error(req, error, "open", key);
+	else
+		reply_ov_open(req, fs, of, key, fi, NULL);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct fs *fs = data(req);
 	index_id id;
-	struct index *idx = resolve(fs, ino, &id);
+	struct index *idx;
 	struct index_attr a;
 	struct handle *h;
 
+	if (is_overlay(ino) && fs->ov) {
+		open_overlay(req, fs, ino, fi);
+		return;
+	}
+	idx = resolve(fs, ino, &id);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
@@ -481,7 +782,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->fh = (uint64_t)(uintptr_t)h;
 	/* Pages stay valid while the object can't change under the index:
 	 * the GET's If-Match guarantees it. */
-	fi->keep_cache = is_current(fs, ino);
+	fi->direct_io = bypasses_page_cache(fs, a.size);
+	fi->keep_cache = !fi->direct_io && is_current(fs, ino);
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) != 0)
 		handle_free(h);
@@ -538,10 +840,48 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, EINVAL);
 		return;
 	}
+	if (h->of) {
+		g_autofree char *buf = g_malloc(size);
+
+		fuse_reply_buf(req, buf,
+			       overlay_read(h->of, (guint64)off, size, buf));
+		return;
+	}
 	rc = g_new0(struct read_call, 1);
 	rc->req = req;
 	rc->key = g_strdup(h->key);
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
+		     size_t size, off_t off, struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	g_autoptr(GError) error = NULL;
+
+	(void)ino;
+	if (!h->of)
+		fuse_reply_err(req, EROFS);
+	else if (off < 0)
+		fuse_reply_err(req, EINVAL);
+	else if (!overlay_write(h->of, (guint64)off, buf, size, &error))
+		reply_ov_error(req, error, "write", h->key);
+	else
+		fuse_reply_write(req, size);
+}
+
+/* close(): a written overlay file is uploaded here, so close() says how
+ * the upload went. */
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	g_autoptr(GError) error = NULL;
+
+	(void)ino;
+	if (h->of && !overlay_flush(h->of, &error))
+		reply_ov_error(req, error, "close", h->key);
+	else
+		fuse_reply_err(req, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
@@ -573,7 +913,9 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	st.f_blocks = (s.bytes + free_bytes + BLOCK - 1) / BLOCK;
 	st.f_bfree = st.f_bavail = free_bytes / BLOCK;
 	st.f_files = s.entries;
-	st.f_ffree = st.f_favail = 0;
+	/* Writable mode takes new names: say there is room for them. */
+	st.f_ffree = st.f_favail = fs->ov ? G_MAXUINT32 : 0;
+	st.f_files += st.f_ffree;
 	st.f_namemax = INDEX_NAME_MAX;
 	fuse_reply_statfs(req, &st);
 	index_unref(idx);
@@ -694,6 +1036,8 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	(void)flags;
 	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_PREFETCH))
 		fuse_reply_err(req, take_hint(data(req), value, size));
+	else if (is_overlay(ino))
+		fuse_reply_err(req, ENOTSUP);
 	else
 		fuse_reply_err(req, EROFS);
 }
@@ -702,9 +1046,14 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 			size_t size)
 {
 	index_id id;
-	struct index *idx = resolve(data(req), ino, &id);
+	struct index *idx;
 	g_autofree char *v = NULL;
 
+	if (is_overlay(ino)) {
+		fuse_reply_err(req, ENODATA);
+		return;
+	}
+	idx = resolve(data(req), ino, &id);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
@@ -723,8 +1072,13 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
 	index_id id;
-	struct index *idx = resolve(data(req), ino, &id);
+	struct index *idx;
 
+	if (is_overlay(ino)) {
+		reply_sized(req, "", 0, size);
+		return;
+	}
+	idx = resolve(data(req), ino, &id);
 	if (!idx) {
 		fuse_reply_err(req, ESTALE);
 		return;
@@ -749,65 +1103,191 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_readahead = 1u << 20;
 }
 
-/* Writes: the mount is read-only, whatever reaches us. */
-static void op_erofs_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *a,
-			     int to_set, struct fuse_file_info *fi)
+/*
+ * Writes.  A read-only mount (the default) answers EROFS to all of them.
+ * In writable mode (overlay.h) names the index doesn't have can be made,
+ * written and removed; indexed objects stay read-only; rename and link
+ * answer EXDEV, so mv copies and a hard link is refused as if across
+ * filesystems.
+ */
+
+/* Whether @parent's @name is in the index: such names stay read-only. */
+static gboolean indexed(struct fs *fs, fuse_ino_t parent, const char *name)
 {
-	(void)ino, (void)a, (void)to_set, (void)fi;
-	fuse_reply_err(req, EROFS);
+	index_id dir, child;
+	struct index *idx;
+	gboolean found;
+
+	if (is_overlay(parent))
+		return FALSE;
+	idx = resolve(fs, parent, &dir);
+	if (!idx)
+		return FALSE;
+	found = index_lookup(idx, dir, name, strlen(name), &child);
+	index_unref(idx);
+	return found;
 }
 
-static void op_erofs_name(fuse_req_t req, fuse_ino_t parent, const char *name)
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
+		       int to_set, struct fuse_file_info *fi)
 {
-	(void)parent, (void)name;
-	fuse_reply_err(req, EROFS);
+	struct fs *fs = data(req);
+	g_autoptr(GError) error = NULL;
+	struct ov_attr a;
+	struct stat st;
+
+	(void)fi;
+	if (!fs->ov || !is_overlay(ino)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	/* Modes, owners and times are not stored: accepted, unchanged. */
+	if ((to_set & FUSE_SET_ATTR_SIZE) &&
+	    !overlay_truncate(fs->ov, ino & ID_MASK, (guint64)attr->st_size,
+			      &error)) {
+		g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
+
+		reply_ov_error(req, error, "truncate", key ? key : "?");
+		return;
+	}
+	if (!overlay_getattr(fs->ov, ino & ID_MASK, &a)) {
+		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	ov_fill_stat(&a, &st);
+	fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
 }
 
-static void op_erofs_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-			   mode_t mode)
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      mode_t mode, struct fuse_file_info *fi)
 {
-	(void)parent, (void)name, (void)mode;
-	fuse_reply_err(req, EROFS);
+	struct fs *fs = data(req);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key = NULL;
+	struct ov_file *of;
+	struct ov_attr a;
+	int err;
+
+	(void)mode;
+	if (!fs->ov) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (indexed(fs, parent, name)) {
+		fuse_reply_err(req, EEXIST);
+		return;
+	}
+	key = child_key(fs, parent, name, &err);
+	if (!key)
+		fuse_reply_err(req, err);
+	else if (!overlay_create(fs->ov, key, &a, &of, &error))
+		reply_ov_error(req, error, "create", key);
+	else
+		reply_ov_open(req, fs, of, key, fi, &a);
 }
 
-static void op_erofs_create(fuse_req_t req, fuse_ino_t parent, const char *name,
-			    mode_t mode, struct fuse_file_info *fi)
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode)
 {
-	(void)parent, (void)name, (void)mode, (void)fi;
-	fuse_reply_err(req, EROFS);
+	struct fs *fs = data(req);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key = NULL;
+	struct ov_attr a;
+	int err;
+
+	(void)mode;
+	if (!fs->ov) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	if (indexed(fs, parent, name)) {
+		fuse_reply_err(req, EEXIST);
+		return;
+	}
+	key = child_key(fs, parent, name, &err);
+	if (!key) {
+		fuse_reply_err(req, err);
+	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
+		overlay_forget(fs->ov, a.node, 1);
+		fuse_reply_err(req, EEXIST);
+	} else if (bfs_error_errno(error) != ENOENT) {
+		reply_ov_error(req, error, "mkdir", key);
+	} else {
+		g_clear_error(&error);
+		if (overlay_mkdir(fs->ov, key, &a, &error))
+			reply_ov_entry(req, fs, &a);
+		else
+			reply_ov_error(req, error, "mkdir", key);
+	}
 }
 
-static void op_erofs_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-			   mode_t mode, dev_t rdev)
+static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
+			gboolean is_dir)
+{
+	struct fs *fs = data(req);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key = NULL;
+	gboolean ok;
+	int err;
+
+	if (!fs->ov || indexed(fs, parent, name)) {
+		fuse_reply_err(req, EROFS);
+		return;
+	}
+	key = child_key(fs, parent, name, &err);
+	if (!key) {
+		fuse_reply_err(req, err);
+		return;
+	}
+	ok = is_dir ? overlay_rmdir(fs->ov, key, &error)
+		    : overlay_unlink(fs->ov, key, &error);
+	if (ok)
+		fuse_reply_err(req, 0);
+	else
+		reply_ov_error(req, error, is_dir ? "rmdir" : "unlink", key);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, FALSE);
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	remove_name(req, parent, name, TRUE);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
+		     mode_t mode, dev_t rdev)
 {
 	(void)parent, (void)name, (void)mode, (void)rdev;
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
 }
 
-static void op_erofs_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
-			    fuse_ino_t newparent, const char *newname,
-			    unsigned int flags)
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname,
+		      unsigned int flags)
 {
 	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, data(req)->ov ? EXDEV : EROFS);
 }
 
-static void op_erofs_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
-			  const char *newname)
+/* Hard links never: EXDEV, what benchmark tools expect of object stores. */
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
+		    const char *newname)
 {
 	(void)ino, (void)newparent, (void)newname;
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, EXDEV);
 }
 
-static void op_erofs_symlink(fuse_req_t req, const char *link,
-			     fuse_ino_t parent, const char *name)
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
+		       const char *name)
 {
 	(void)link, (void)parent, (void)name;
-	fuse_reply_err(req, EROFS);
+	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
 }
 
-static void op_erofs_removexattr(fuse_req_t req, fuse_ino_t ino,
-				 const char *name)
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
 	(void)ino, (void)name;
 	fuse_reply_err(req, EROFS);
@@ -824,21 +1304,23 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.readdirplus = op_readdirplus,
 	.open = op_open,
 	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
 	.release = op_release,
 	.statfs = op_statfs,
 	.getxattr = op_getxattr,
 	.listxattr = op_listxattr,
-	.setattr = op_erofs_setattr,
-	.mknod = op_erofs_mknod,
-	.mkdir = op_erofs_mkdir,
-	.unlink = op_erofs_name,
-	.rmdir = op_erofs_name,
-	.symlink = op_erofs_symlink,
-	.rename = op_erofs_rename,
-	.link = op_erofs_link,
-	.create = op_erofs_create,
+	.setattr = op_setattr,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.create = op_create,
 	.setxattr = op_setxattr,
-	.removexattr = op_erofs_removexattr,
+	.removexattr = op_removexattr,
 };
 
 /* -- lifecycle ---------------------------------------------------------- */
@@ -868,6 +1350,8 @@ void fs_set_s3(struct fs *fs, struct s3 *s3)
 {
 	fs->s3 = s3;
 	fs->ra = readahead_new(s3, &fs->opts.readahead);
+	if (fs->opts.writable)
+		fs->ov = overlay_new(s3, fs->opts.write_max);
 }
 
 /* One syslog line per endpoint, and one for readahead, at unmount. */
@@ -912,6 +1396,7 @@ void fs_free(struct fs *fs)
 		return;
 	if (fs->s3)
 		log_summary(fs);
+	overlay_free(fs->ov);
 	/* In-flight GETs end (cancelled) before their buffers go. */
 	s3_free(fs->s3);
 	readahead_free(fs->ra);

@@ -29,9 +29,19 @@
 
 struct fs;
 
+/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
+enum fs_direct_io {
+	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
+	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
+	FS_DIRECT_IO_NONE,  /* none: every read goes through the page cache */
+};
+
 struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
+	enum fs_direct_io direct_io;
+	gboolean writable; /* names beyond the index: see overlay.h */
+	guint64 write_max; /* writable mode's largest file; 0 = default */
 	struct ra_options readahead;
 };
 

@@ -684,6 +684,11 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 	return ra;
 }
 
+guint64 readahead_whole_max(const struct readahead *ra)
+{
+	return ra->o.whole_max;
+}
+
 void readahead_free(struct readahead *ra)
 {
 	struct object *obj;

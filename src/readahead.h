@@ -45,6 +45,9 @@ struct ra_options {
 	guint prefetch_depth; /* announced objects fetched ahead (64) */
 };
 
+/* Objects up to this size are fetched whole (whole_max, resolved). */
+guint64 readahead_whole_max(const struct readahead *ra);
+
 /* Counters, a snapshot.  Plain data. */
 struct ra_stats {
 	guint64 objects_fetched; /* whole-object GETs started */

@@ -8,6 +8,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 
@@ -27,7 +28,14 @@ struct s3 {
 	struct credentials *creds; /* immutable after s3_new() */
 };
 
-enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PING };
+enum call_kind {
+	CALL_GET,
+	CALL_HEAD,
+	CALL_LIST,
+	CALL_PING,
+	CALL_PUT,
+	CALL_DELETE
+};
 
 /*
  * One S3 call.  Built by the caller's thread, then owned by the HTTP
@@ -43,6 +51,7 @@ struct call {
 	guint64 length;
 	gboolean ranged;
 	char *if_match;
+	char *payload_sha256; /* CALL_PUT: of the body, hex */
 	struct s3_object_meta meta;
 	struct s3_list_page *page; /* CALL_LIST result */
 
@@ -77,6 +86,7 @@ static void call_free(void *p)
 	g_free(call->key);
 	g_free(call->query);
 	g_free(call->if_match);
+	g_free(call->payload_sha256);
 	g_clear_pointer(&call->sign_headers, g_ptr_array_unref);
 	g_clear_pointer(&call->page, s3_list_page_free);
 	s3_object_meta_clear(&call->meta);
@@ -96,6 +106,21 @@ static struct call *call_new(struct s3 *s3, enum call_kind kind,
 }
 
 /* -- building requests -------------------------------------------------- */
+
+static const char *method_of(enum call_kind kind)
+{
+	switch (kind) {
+	case CALL_HEAD:
+	case CALL_PING:
+		return "HEAD";
+	case CALL_PUT:
+		return "PUT";
+	case CALL_DELETE:
+		return "DELETE";
+	default:
+		return "GET";
+	}
+}
 
 static void append_query(GString *q, const char *name, const char *value)
 {
@@ -160,11 +185,11 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 			.session_token = s3->creds->session_token,
 		};
 		struct sigv4_request r = {
-			.method = call->kind == CALL_HEAD ? "HEAD" : "GET",
+			.method = method_of(call->kind),
 			.host = host,
 			.path = path->str,
 			.query = call->query,
-			.payload_sha256 = NULL,
+			.payload_sha256 = call->payload_sha256,
 			.headers =
 				(const char *const *)call->sign_headers->pdata,
 			.region = s3->region,
@@ -517,9 +542,8 @@ static struct http_request *request_for(struct call *call, const char *what,
 {
 	struct http_request *req;
 
-	req = http_request_new(call->kind == CALL_HEAD ? "HEAD" : "GET", what,
-			       call_prepare, call_judge, call_done, call,
-			       call_free);
+	req = http_request_new(method_of(call->kind), what, call_prepare,
+			       call_judge, call_done, call, call_free);
 	if (endpoint >= 0)
 		http_request_pin_endpoint(req, endpoint);
 	return req;
@@ -656,6 +680,166 @@ gboolean s3_ping(struct s3 *s3, int endpoint, long *status, GError **error)
 	return ok;
 }
 
+/* -- PUT, DELETE ------------------------------------------------------- */
+
+gboolean s3_put(struct s3 *s3, const char *key, GBytes *body,
+		const char *content_type, struct s3_object_meta *meta,
+		GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_PUT, key);
+	g_autofree char *what = describe(s3, "PUT", key);
+	struct http_request *req;
+	gsize len;
+	const guchar *p = g_bytes_get_data(body, &len);
+	gboolean ok;
+
+	g_return_val_if_fail(key && *key && body, FALSE);
+	/* Hashed once here, not per attempt on the event thread: bodies may
+	 * be gigabytes.  A signed payload also lets the server reject a body
+	 * damaged on the way. */
+	call->payload_sha256 = g_compute_checksum_for_data(
+		G_CHECKSUM_SHA256, p ? p : (const guchar *)"", len);
+	g_ptr_array_add(call->sign_headers,
+			g_strdup_printf("Content-Type: %s",
+					content_type ? content_type
+						     : "application/"
+						       "octet-stream"));
+	req = request_for(call, what, -1);
+	http_request_set_upload(req, body);
+	/* Putting the same bytes twice is harmless: retry like a GET. */
+	http_request_set_idempotent(req, TRUE);
+	ok = run_sync(s3, call, req, &sync, error);
+	if (ok)
+		sync.meta.size = len;
+	if (meta)
+		meta_move(meta, &sync.meta);
+	s3_object_meta_clear(&sync.meta);
+	return ok;
+}
+
+gboolean s3_delete(struct s3 *s3, const char *key, struct s3_object_meta *meta,
+		   GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_DELETE, key);
+	g_autofree char *what = describe(s3, "DELETE", key);
+	struct http_request *req;
+	gboolean ok;
+
+	g_return_val_if_fail(key && *key, FALSE);
+	req = request_for(call, what, -1);
+	http_request_set_idempotent(req, TRUE);
+	ok = run_sync(s3, call, req, &sync, error);
+	if (meta)
+		meta_move(meta, &sync.meta);
+	s3_object_meta_clear(&sync.meta);
+	return ok;
+}
+
+/* Writes all of @data to @fd at @offset. */
+static gboolean pwrite_all(int fd, GBytes *data, guint64 offset, GError **error)
+{
+	gsize len, done = 0;
+	const char *p = g_bytes_get_data(data, &len);
+
+	while (done < len) {
+		ssize_t n = pwrite(fd, p + done, len - done,
+				   (off_t)(offset + done));
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+
+			g_set_error(error, BFS_ERROR, e,
+				    "writing at byte %" PRIu64 ": %s",
+				    offset + done, g_strerror(e));
+			return FALSE;
+		}
+		done += (gsize)n;
+	}
+	return TRUE;
+}
+
+gboolean s3_get_to_fd(struct s3 *s3, const char *key, guint64 size,
+		      const char *etag, guint64 part_size, int fd,
+		      s3_progress_fn progress, void *user, GError **error)
+{
+	guint64 off = 0;
+
+	g_return_val_if_fail(key && etag && fd >= 0, FALSE);
+	if (!part_size)
+		part_size = S3_DEFAULT_PART_SIZE;
+	while (off < size) {
+		struct s3_get_args a = {
+			.offset = off,
+			.length = MIN(part_size, size - off),
+			.if_match = etag,
+			.endpoint = -1,
+		};
+		g_autoptr(GBytes) b = s3_get(s3, key, &a, NULL, error);
+
+		if (!b)
+			return FALSE;
+		if (g_bytes_get_size(b) != a.length) {
+			g_set_error(error, BFS_ERROR, EIO,
+				    "GET s3://%s/%s: %" G_GSIZE_FORMAT
+				    " bytes at offset %" PRIu64 " instead of "
+				    "%" PRIu64 " (the object is shorter than "
+				    "its HEAD said)",
+				    s3->bucket, key, g_bytes_get_size(b), off,
+				    a.length);
+			return FALSE;
+		}
+		if (!pwrite_all(fd, b, off, error))
+			return FALSE;
+		off += a.length;
+		if (progress)
+			progress(off, size, user);
+	}
+	return TRUE;
+}
+
+/* Bucket names as config_parse_url() takes them: loosely. */
+static gboolean bucket_name_ok(const char *b, gsize len)
+{
+	gsize i;
+
+	if (len < 3 || len > 63)
+		return FALSE;
+	for (i = 0; i < len; i++)
+		if (!g_ascii_isalnum(b[i]) && b[i] != '.' && b[i] != '-' &&
+		    b[i] != '_')
+			return FALSE;
+	return TRUE;
+}
+
+gboolean s3_parse_object_url(const char *url, char **bucket, char **key,
+			     GError **error)
+{
+	g_autofree char *u = log_escape(url ? url : "", -1);
+	const char *rest, *slash;
+
+	if (!url || g_ascii_strncasecmp(url, "s3://", 5) != 0)
+		goto bad;
+	rest = url + 5;
+	slash = strchr(rest, '/');
+	if (!slash || !bucket_name_ok(rest, slash - rest) || !slash[1] ||
+	    g_str_has_suffix(slash + 1, "/") ||
+	    !g_utf8_validate(slash + 1, -1, NULL) || strlen(slash + 1) > 1024)
+		goto bad;
+	*bucket = g_strndup(rest, slash - rest);
+	*key = g_strdup(slash + 1);
+	return TRUE;
+bad:
+	g_set_error(error, BFS_ERROR, EINVAL,
+		    "'%s': expected s3://BUCKET/KEY (an object: a key that "
+		    "is not empty and does not end with '/')",
+		    u);
+	return FALSE;
+}
+
 /* -- ListObjectsV2 ------------------------------------------------------ */
 
 static char *list_query(const struct s3_list_args *args)
@@ -745,13 +929,19 @@ gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
 
 struct s3 *s3_new(const struct config *cfg, GError **error)
 {
+	return s3_new_for_bucket(cfg, cfg->bucket, error);
+}
+
+struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
+			     GError **error)
+{
 	struct s3 *s3 = g_new0(struct s3, 1);
 	struct http_options o = { 0 };
 	guint i;
 
 	s3_xml_init();
 
-	s3->bucket = g_strdup(cfg->bucket);
+	s3->bucket = g_strdup(bucket);
 	s3->region = g_strdup(cfg->region);
 	s3->virtual_hosted = cfg->addressing == ADDRESSING_VIRTUAL;
 	s3->endpoints = g_new0(char *, cfg->endpoints->len + 1);

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * s3.h - S3 verbs on top of the HTTP engine: GetObject, HeadObject,
- * ListObjectsV2, signed with SigV4, errors parsed from S3's XML.
+ * PutObject, DeleteObject, ListObjectsV2, signed with SigV4, errors parsed
+ * from S3's XML.
  *
  * This is the only module that turns HTTP statuses and S3 error codes into
  * errno values:
@@ -53,6 +54,14 @@ void s3_object_meta_clear(struct s3_object_meta *meta);
  */
 struct s3 *s3_new(const struct config *cfg, GError **error);
 
+/*
+ * The same, for @bucket (copied) instead of cfg->bucket: same endpoints,
+ * region, addressing and credentials.  For an object kept in another
+ * bucket than the one mounted (a published index, see bucketfs-index(1)).
+ */
+struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
+			     GError **error);
+
 /* Cancels what is in flight (ECANCELED) and frees.  Not from a callback. */
 void s3_free(struct s3 *s3);
 
@@ -100,6 +109,58 @@ GBytes *s3_get(struct s3 *s3, const char *key, const struct s3_get_args *args,
 /* Blocking HEAD of @key; @endpoint pins it (-1: any).  Fills @meta. */
 gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
 		 struct s3_object_meta *meta, GError **error);
+
+/*
+ * Blocking PutObject of @body (referenced while in flight) as @key.  The
+ * payload's SHA-256 is signed (x-amz-content-sha256), Content-Length is
+ * the body's size and Content-Type @content_type (NULL:
+ * application/octet-stream).  One request: S3 takes up to 5 GiB that way
+ * (larger bodies fail with the server's EntityTooLarge, EINVAL).  Fills
+ * @meta (the new ETag, request id; size = the body's) if not NULL.
+ * Errors as for GET.  Any thread except the HTTP event thread.
+ */
+gboolean s3_put(struct s3 *s3, const char *key, GBytes *body,
+		const char *content_type, struct s3_object_meta *meta,
+		GError **error);
+
+/*
+ * Blocking DeleteObject of @key.  S3 answers 204 whether or not the key
+ * existed; a server that answers 404 gives ENOENT.  Fills @meta if not
+ * NULL.  Errors as for GET.  Any thread except the HTTP event thread.
+ */
+gboolean s3_delete(struct s3 *s3, const char *key, struct s3_object_meta *meta,
+		   GError **error);
+
+/* The part size of s3_get_to_fd() when 0 is given: 16 MiB. */
+#define S3_DEFAULT_PART_SIZE ((guint64)16 << 20)
+
+/* Progress of s3_get_to_fd(): bytes written so far, of @total. */
+typedef void (*s3_progress_fn)(guint64 done, guint64 total, void *user);
+
+/*
+ * Downloads the @size bytes of @key, which must still have ETag @etag
+ * (from a HEAD: every part is a GET with If-Match, so a replaced object
+ * gives ESTALE, never a mix of two versions), into @fd from offset 0 with
+ * pwrite(), @part_size bytes per GET (0: S3_DEFAULT_PART_SIZE), one part
+ * after the other.  @progress (may be NULL) is called after each part on
+ * the calling thread.  Nothing is truncated, synced or closed.  Errors:
+ * those of GET; EIO for a part shorter than asked; the errno of a failed
+ * pwrite().  Blocking; any thread except the HTTP event thread.
+ */
+gboolean s3_get_to_fd(struct s3 *s3, const char *key, guint64 size,
+		      const char *etag, guint64 part_size, int fd,
+		      s3_progress_fn progress, void *user, GError **error);
+
+/*
+ * Splits "s3://BUCKET/KEY" (scheme case insensitive) into newly allocated
+ * @bucket and @key (g_free both).  The key is taken verbatim (not
+ * percent-decoded) and must be a non-empty UTF-8 object key of at most
+ * 1024 bytes not ending with '/'; the bucket is checked as
+ * config_parse_url() does.  Errors: EINVAL naming the URL.  Pure; any
+ * thread.
+ */
+gboolean s3_parse_object_url(const char *url, char **bucket, char **key,
+			     GError **error);
 
 struct s3_list_args {
 	const char *prefix;    /* NULL = whole bucket */

@@ -5,10 +5,13 @@
  *   bucketfs-index build  s3://BUCKET[/PREFIX] [-o OPT...]
  *   bucketfs-index info   s3://BUCKET[/PREFIX] [-o OPT...]
  *   bucketfs-index verify s3://BUCKET[/PREFIX] [-o OPT...]
+ *   bucketfs-index publish s3://BUCKET[/PREFIX] [--to s3://B/KEY] [--build]
+ *   bucketfs-index unpublish s3://BUCKET[/PREFIX] [--to s3://B/KEY]
  *
  * The index lives at -o index=PATH, else at the default location for the
  * bucket and prefix (the one bucketfs uses).  A mounted bucketfs switches
- * to a rebuilt index on SIGHUP.
+ * to a rebuilt index on SIGHUP.  publish uploads the (checked) local index
+ * so that mounts elsewhere take it with -o index_url= instead of listing.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -30,7 +33,13 @@ struct tool {
 	char *path;
 	guint workers;
 	gboolean quiet;
+	gboolean build; /* publish: build first even if an index exists */
+	char *to;	/* publish: s3://B/KEY, or NULL for the default */
 };
+
+/* Where publish puts the index by default, below the bucket's top-level
+ * ".bucketfs/" (outside any prefix mount); "v1" is the format version. */
+#define PUBLISH_DIR ".bucketfs/index-v%d/"
 
 static void print_stats(const char *path, const struct index_stats *s)
 {
@@ -127,6 +136,165 @@ static int cmd_open(struct tool *t, gboolean verify)
 	return 0;
 }
 
+/*
+ * The published index's bucket and key: --to, else
+ * s3://BUCKET/.bucketfs/index-v1/PREFIX/index.  Refused when it would lie
+ * inside the tree the index describes: the next listing would show it.
+ */
+static gboolean publish_target(struct tool *t, char **bucket, char **key,
+			       GError **error)
+{
+	if (t->to) {
+		if (!s3_parse_object_url(t->to, bucket, key, error)) {
+			g_prefix_error(error, "--to: ");
+			return FALSE;
+		}
+	} else {
+		*bucket = g_strdup(t->cfg.bucket);
+		*key = g_strdup_printf(PUBLISH_DIR "%sindex",
+				       INDEX_FORMAT_VERSION, t->cfg.prefix);
+	}
+	if (!strcmp(*bucket, t->cfg.bucket) &&
+	    g_str_has_prefix(*key, t->cfg.prefix)) {
+		g_autofree char *k = log_escape(*key, -1);
+		g_autofree char *p = log_escape(t->cfg.prefix, -1);
+
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "s3://%s/%s lies inside s3://%s/%s, the tree the "
+			    "index describes: it would show in the mount and "
+			    "in the next listing; give --to s3://BUCKET/KEY "
+			    "outside it",
+			    *bucket, k, t->cfg.bucket, p);
+		g_clear_pointer(bucket, g_free);
+		g_clear_pointer(key, g_free);
+		return FALSE;
+	}
+	return TRUE;
+}
+
+/* The local index, checked whole: a corrupt one is never published. */
+static struct index *open_checked(struct tool *t, GError **error)
+{
+	struct index *idx;
+
+	idx = index_open(t->path, t->cfg.bucket, t->cfg.prefix, error);
+	if (idx && !index_verify(idx, error))
+		g_clear_pointer(&idx, index_unref);
+	return idx;
+}
+
+static int cmd_publish(struct tool *t)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *bucket = NULL, *key = NULL;
+	g_autoptr(GMappedFile) map = NULL;
+	g_autoptr(GBytes) body = NULL;
+	struct s3_object_meta meta = { 0 };
+	struct index *idx = NULL;
+	struct s3 *s3;
+	gboolean tty = !t->quiet && isatty(STDERR_FILENO);
+	gint64 t0;
+	double secs;
+	gboolean ok;
+
+	if (!publish_target(t, &bucket, &key, &error)) {
+		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		return 2;
+	}
+	if (!t->build) {
+		idx = open_checked(t, &error);
+		if (!idx && error->code != ENOENT) {
+			fprintf(stderr,
+				"bucketfs-index: %s (rebuild it with "
+				"--build)\n",
+				error->message);
+			return 1;
+		}
+		g_clear_error(&error);
+	}
+	if (!idx) {
+		if (cmd_build(t) != 0)
+			return 1;
+		idx = open_checked(t, &error);
+		if (!idx) {
+			fprintf(stderr, "bucketfs-index: %s\n", error->message);
+			return 1;
+		}
+	}
+	/* Mapped, not read: the body goes to curl from the page cache. */
+	map = g_mapped_file_new(t->path, FALSE, &error);
+	index_unref(idx);
+	if (!map) {
+		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		return 1;
+	}
+	body = g_mapped_file_get_bytes(map);
+	s3 = s3_new_for_bucket(&t->cfg, bucket, &error);
+	if (!s3) {
+		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		return 1;
+	}
+	if (tty)
+		fprintf(stderr, "publishing %s (%.1f MiB) to s3://%s/%s...\n",
+			t->path, g_bytes_get_size(body) / 1048576.0, bucket,
+			key);
+	t0 = g_get_monotonic_time();
+	ok = s3_put(s3, key, body, NULL, &meta, &error);
+	secs = (g_get_monotonic_time() - t0) / 1e6;
+	s3_free(s3);
+	if (!ok) {
+		fprintf(stderr, "bucketfs-index: publishing %s: %s\n", t->path,
+			error->message);
+		s3_object_meta_clear(&meta);
+		return 1;
+	}
+	if (!t->quiet) {
+		printf("published:    s3://%s/%s\n", bucket, key);
+		printf("size:         %" G_GSIZE_FORMAT " bytes in %.2f s\n",
+		       g_bytes_get_size(body), secs);
+		printf("etag:         %s\n", meta.etag ? meta.etag : "(none)");
+		printf("mount with:   -o index_url=s3://%s/%s\n", bucket, key);
+	}
+	s3_object_meta_clear(&meta);
+	return 0;
+}
+
+static int cmd_unpublish(struct tool *t)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *bucket = NULL, *key = NULL;
+	struct s3 *s3;
+	gboolean ok;
+
+	if (!publish_target(t, &bucket, &key, &error)) {
+		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		return 2;
+	}
+	s3 = s3_new_for_bucket(&t->cfg, bucket, &error);
+	ok = s3 && s3_delete(s3, key, NULL, &error);
+	s3_free(s3);
+	if (!ok) {
+		fprintf(stderr, "bucketfs-index: unpublishing: %s\n",
+			error->message);
+		return 1;
+	}
+	if (!t->quiet)
+		printf("deleted:      s3://%s/%s\n", bucket, key);
+	return 0;
+}
+
+static gboolean is_command(const char *c)
+{
+	static const char *const cmds[] = { "build",   "info",	    "verify",
+					    "publish", "unpublish", NULL };
+	guint i;
+
+	for (i = 0; cmds[i]; i++)
+		if (!strcmp(c, cmds[i]))
+			return TRUE;
+	return FALSE;
+}
+
 static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 			   GError **error)
 {
@@ -140,21 +308,32 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		  "Parallel listings for build (default 4 per endpoint)", "N" },
 		{ "quiet", 'q', 0, G_OPTION_ARG_NONE, &t->quiet,
 		  "No progress or summary", NULL },
+		{ "to", 0, 0, G_OPTION_ARG_STRING, &t->to,
+		  "publish, unpublish: the object to write (default "
+		  "s3://BUCKET/.bucketfs/index-v1/PREFIX/index)",
+		  "s3://B/KEY" },
+		{ "build", 0, 0, G_OPTION_ARG_NONE, &t->build,
+		  "publish: list the bucket into a new index first", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
 		{ NULL }
 	};
 	g_autoptr(GOptionContext) ctx =
-		g_option_context_new("build|info|verify s3://BUCKET[/PREFIX]");
+		g_option_context_new("build|info|verify|publish|unpublish "
+				     "s3://BUCKET[/PREFIX]");
 	guint i;
 
 	g_option_context_set_summary(
 		ctx, "build lists the bucket (in parallel, over every "
 		     "endpoint) and writes the index atomically; info "
 		     "describes it; verify checks every checksum and the "
-		     "structure.  The index is -o index=PATH, else the "
-		     "default location bucketfs uses.  Exit status 0 on "
-		     "success, 1 on failure, 2 on bad usage.");
+		     "structure.  publish uploads the checked index (built "
+		     "first if missing, or with --build) so that mounts on "
+		     "other hosts use it with -o index_url=s3://B/KEY "
+		     "instead of listing; unpublish deletes it.  The index "
+		     "is -o index=PATH, else the default location bucketfs "
+		     "uses.  Exit status 0 on success, 1 on failure, 2 on "
+		     "bad usage.");
 	g_option_context_set_description(ctx, config_options_help());
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, argc, argv, error))
@@ -164,12 +343,11 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		       BUCKETFS_VERSION, INDEX_FORMAT_VERSION);
 		exit(0);
 	}
-	if (*argc != 3 || (strcmp((*argv)[1], "build") != 0 &&
-			   strcmp((*argv)[1], "info") != 0 &&
-			   strcmp((*argv)[1], "verify") != 0)) {
+	if (*argc != 3 || !is_command((*argv)[1])) {
 		g_set_error(error, BFS_ERROR, EINVAL,
-			    "expected build, info or verify and one "
-			    "s3://BUCKET[/PREFIX] (see --help)");
+			    "expected build, info, verify, publish or "
+			    "unpublish and one s3://BUCKET[/PREFIX] (see "
+			    "--help)");
 		return FALSE;
 	}
 	if (workers < 0 || workers > 32) {
@@ -208,10 +386,15 @@ int main(int argc, char **argv)
 	log_init("bucketfs-index", TRUE, LOG_LEVEL_WARNING);
 	if (!strcmp(argv[1], "build"))
 		rc = cmd_build(&t);
+	else if (!strcmp(argv[1], "publish"))
+		rc = cmd_publish(&t);
+	else if (!strcmp(argv[1], "unpublish"))
+		rc = cmd_unpublish(&t);
 	else
 		rc = cmd_open(&t, !strcmp(argv[1], "verify"));
 	log_shutdown();
 	g_free(t.path);
+	g_free(t.to);
 	config_clear(&t.cfg);
 	return rc;
 }

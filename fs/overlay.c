@@ -1,0 +1,647 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "index.h"
+#include "log.h"
+#include "overlay.h"
+
+/* A name the index doesn't have.  Fields under ov->lock. */
+struct onode {
+	guint64 node;
+	char *key; /* full key, no trailing '/' */
+	gboolean is_dir;
+	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
+	guint64 size;
+	gint64 mtime;
+	char *etag;	  /* as last seen on S3, NULL for a new file */
+	guint64 lookups;  /* kernel lookups */
+	guint opens;	  /* open handles */
+	GByteArray *data; /* the bytes while open (or not yet uploaded) */
+	guint64 version;  /* bumped by each change of data */
+	guint64 uploaded; /* the version S3 has */
+};
+
+struct overlay {
+	struct s3 *s3;
+	guint64 write_max;
+	GMutex lock;
+	GHashTable *by_node; /* node number -> struct onode (owned) */
+	GHashTable *by_key;  /* key -> struct onode (borrowed) */
+	guint64 next_node;
+};
+
+struct ov_file {
+	struct overlay *ov;
+	struct onode *n;
+	gboolean writable;
+	gboolean failed; /* an upload failed: close() said so */
+};
+
+static void onode_free(void *p)
+{
+	struct onode *n = p;
+
+	g_free(n->key);
+	g_free(n->etag);
+	if (n->data)
+		g_byte_array_unref(n->data);
+	g_free(n);
+}
+
+struct overlay *overlay_new(struct s3 *s3, guint64 write_max)
+{
+	struct overlay *ov = g_new0(struct overlay, 1);
+
+	ov->s3 = s3;
+	ov->write_max = write_max ? write_max : OVERLAY_DEFAULT_WRITE_MAX;
+	g_mutex_init(&ov->lock);
+	ov->by_node = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
+					    onode_free);
+	ov->by_key = g_hash_table_new(g_str_hash, g_str_equal);
+	return ov;
+}
+
+void overlay_free(struct overlay *ov)
+{
+	if (!ov)
+		return;
+	g_hash_table_unref(ov->by_key);
+	g_hash_table_unref(ov->by_node);
+	g_mutex_clear(&ov->lock);
+	g_free(ov);
+}
+
+/* -- the table (under ov->lock) ----------------------------------------- */
+
+static void fill_attr(const struct onode *n, struct ov_attr *out)
+{
+	out->node = n->node;
+	out->is_dir = n->is_dir;
+	out->size = n->is_dir ? 0 : n->size;
+	out->mtime = n->mtime;
+	if (n->is_dir) {
+		g_autofree char *marker = g_strconcat(n->key, "/", NULL);
+
+		out->ino = index_key_ino(marker, -1);
+	} else {
+		out->ino = index_key_ino(n->key, -1);
+	}
+}
+
+/* Drops @n from the names; it stays reachable by number. */
+static void node_unname(struct overlay *ov, struct onode *n)
+{
+	if (!n->removed && g_hash_table_lookup(ov->by_key, n->key) == n)
+		g_hash_table_remove(ov->by_key, n->key);
+	n->removed = TRUE;
+}
+
+/* Drops @n from the names; freed (now or later) once nothing refers to
+ * it.  @n may be gone on return. */
+static void node_remove(struct overlay *ov, struct onode *n)
+{
+	node_unname(ov, n);
+	if (!n->lookups && !n->opens)
+		g_hash_table_remove(ov->by_node, &n->node);
+}
+
+/* The node named @key, or a new one. */
+static struct onode *node_get(struct overlay *ov, const char *key,
+			      gboolean is_dir)
+{
+	struct onode *n = g_hash_table_lookup(ov->by_key, key);
+
+	if (n && n->is_dir == is_dir)
+		return n;
+	if (n) /* a file became a directory, or the reverse */
+		node_remove(ov, n);
+	n = g_new0(struct onode, 1);
+	n->node = ++ov->next_node;
+	n->key = g_strdup(key);
+	n->is_dir = is_dir;
+	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
+	g_hash_table_insert(ov->by_node, &n->node, n);
+	g_hash_table_insert(ov->by_key, n->key, n);
+	return n;
+}
+
+/* -- S3 (no lock held) -------------------------------------------------- */
+
+/* Whether some key starts with @key + "/": a directory on S3. */
+static gboolean probe_dir(struct overlay *ov, const char *key, gboolean *found,
+			  GError **error)
+{
+	g_autofree char *prefix = g_strconcat(key, "/", NULL);
+	struct s3_list_args args = { .prefix = prefix,
+				     .max_keys = 1,
+				     .endpoint = -1 };
+	struct s3_list_page *page = s3_list(ov->s3, &args, NULL, error);
+
+	if (!page)
+		return FALSE;
+	*found = page->objects->len > 0 || page->common_prefixes->len > 0;
+	s3_list_page_free(page);
+	return TRUE;
+}
+
+gboolean overlay_lookup(struct overlay *ov, const char *key, gboolean probe,
+			struct ov_attr *out, GError **error)
+{
+	struct s3_object_meta meta = { 0 };
+	g_autoptr(GError) err = NULL;
+	gboolean is_dir = FALSE, found = FALSE;
+	struct onode *n;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_key, key);
+	/* What this mount wrote, it knows; what others did, S3 says. */
+	if (n && !n->removed && (n->is_dir || n->etag == NULL || n->opens)) {
+		n->lookups++;
+		fill_attr(n, out);
+		g_mutex_unlock(&ov->lock);
+		return TRUE;
+	}
+	g_mutex_unlock(&ov->lock);
+	if (!probe) {
+		g_set_error(error, BFS_ERROR, ENOENT, "no such name");
+		return FALSE;
+	}
+	if (s3_head(ov->s3, key, -1, &meta, &err)) {
+		found = TRUE;
+	} else if (bfs_error_errno(err) != ENOENT) {
+		g_propagate_error(error, g_steal_pointer(&err));
+		return FALSE;
+	} else if (!probe_dir(ov, key, &is_dir, error)) {
+		return FALSE;
+	}
+	if (!found && !is_dir) {
+		g_set_error(error, BFS_ERROR, ENOENT, "no object '%s' on S3",
+			    key);
+		return FALSE;
+	}
+	g_mutex_lock(&ov->lock);
+	n = node_get(ov, key, is_dir);
+	if (found && !n->opens) {
+		n->size = meta.size;
+		n->mtime = meta.mtime ? meta.mtime : n->mtime;
+		g_free(n->etag);
+		n->etag = g_strdup(meta.etag ? meta.etag : "");
+		n->version = n->uploaded;
+	}
+	n->lookups++;
+	fill_attr(n, out);
+	g_mutex_unlock(&ov->lock);
+	s3_object_meta_clear(&meta);
+	return TRUE;
+}
+
+gboolean overlay_getattr(struct overlay *ov, guint64 node, struct ov_attr *out)
+{
+	struct onode *n;
+	gboolean ok;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_node, &node);
+	ok = n && !n->removed;
+	if (ok)
+		fill_attr(n, out);
+	g_mutex_unlock(&ov->lock);
+	return ok;
+}
+
+char *overlay_key(struct overlay *ov, guint64 node)
+{
+	struct onode *n;
+	char *key = NULL;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_node, &node);
+	if (n && !n->removed)
+		key = g_strdup(n->key);
+	g_mutex_unlock(&ov->lock);
+	return key;
+}
+
+void overlay_forget(struct overlay *ov, guint64 node, guint64 nlookup)
+{
+	struct onode *n;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_node, &node);
+	if (n) {
+		n->lookups -= MIN(n->lookups, nlookup);
+		if (n->removed && !n->lookups && !n->opens)
+			g_hash_table_remove(ov->by_node, &n->node);
+	}
+	g_mutex_unlock(&ov->lock);
+}
+
+static struct ov_file *file_new(struct overlay *ov, struct onode *n,
+				gboolean writable)
+{
+	struct ov_file *f = g_new0(struct ov_file, 1);
+
+	f->ov = ov;
+	f->n = n;
+	f->writable = writable;
+	n->opens++;
+	return f;
+}
+
+gboolean overlay_create(struct overlay *ov, const char *key,
+			struct ov_attr *out, struct ov_file **file,
+			GError **error)
+{
+	struct onode *n;
+
+	(void)error;
+	g_mutex_lock(&ov->lock);
+	n = node_get(ov, key, FALSE);
+	if (!n->data)
+		n->data = g_byte_array_new();
+	g_byte_array_set_size(n->data, 0);
+	n->size = 0;
+	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
+	/* Created empty: uploaded at the first flush, even if nothing is
+	 * written, so the name exists for other hosts too. */
+	n->version = n->uploaded + 1;
+	n->lookups++;
+	fill_attr(n, out);
+	*file = file_new(ov, n, TRUE);
+	g_mutex_unlock(&ov->lock);
+	return TRUE;
+}
+
+gboolean overlay_mkdir(struct overlay *ov, const char *key, struct ov_attr *out,
+		       GError **error)
+{
+	g_autofree char *marker = g_strconcat(key, "/", NULL);
+	g_autoptr(GBytes) empty = g_bytes_new_static("", 0);
+	struct onode *n;
+
+	if (!s3_put(ov->s3, marker, empty, "application/x-directory", NULL,
+		    error)) {
+		g_prefix_error(error, "mkdir: ");
+		return FALSE;
+	}
+	g_mutex_lock(&ov->lock);
+	n = node_get(ov, key, TRUE);
+	n->lookups++;
+	fill_attr(n, out);
+	g_mutex_unlock(&ov->lock);
+	return TRUE;
+}
+
+gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error)
+{
+	struct onode *n;
+	gboolean known;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_key, key);
+	known = n && !n->removed && !n->is_dir;
+	g_mutex_unlock(&ov->lock);
+	if (!known) {
+		g_set_error(error, BFS_ERROR, EPERM,
+			    "'%s' is not a file written in writable mode", key);
+		return FALSE;
+	}
+	if (!s3_delete(ov->s3, key, NULL, error)) {
+		g_prefix_error(error, "unlink: ");
+		return FALSE;
+	}
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_key, key);
+	if (n && !n->is_dir)
+		node_remove(ov, n);
+	g_mutex_unlock(&ov->lock);
+	return TRUE;
+}
+
+/* Whether anything but @marker is under it (two keys are enough). */
+static gboolean dir_empty(struct overlay *ov, const char *marker,
+			  gboolean *empty, GError **error)
+{
+	struct s3_list_args args = { .prefix = marker,
+				     .max_keys = 2,
+				     .endpoint = -1 };
+	struct s3_list_page *page = s3_list(ov->s3, &args, NULL, error);
+	guint i;
+
+	if (!page)
+		return FALSE;
+	*empty = page->common_prefixes->len == 0;
+	for (i = 0; i < page->objects->len; i++) {
+		const struct s3_object *o = page->objects->pdata[i];
+
+		if (strcmp(o->key, marker) != 0)
+			*empty = FALSE;
+	}
+	s3_list_page_free(page);
+	return TRUE;
+}
+
+gboolean overlay_rmdir(struct overlay *ov, const char *key, GError **error)
+{
+	g_autofree char *marker = g_strconcat(key, "/", NULL);
+	struct onode *n;
+	gboolean known, empty = FALSE;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_key, key);
+	known = n && !n->removed && n->is_dir;
+	g_mutex_unlock(&ov->lock);
+	if (!known) {
+		g_set_error(error, BFS_ERROR, EPERM,
+			    "'%s' is not a directory made in writable mode",
+			    key);
+		return FALSE;
+	}
+	if (!dir_empty(ov, marker, &empty, error)) {
+		g_prefix_error(error, "rmdir: ");
+		return FALSE;
+	}
+	if (!empty) {
+		g_set_error(error, BFS_ERROR, ENOTEMPTY,
+			    "rmdir: keys remain under '%s'", marker);
+		return FALSE;
+	}
+	if (!s3_delete(ov->s3, marker, NULL, error)) {
+		g_prefix_error(error, "rmdir: ");
+		return FALSE;
+	}
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_key, key);
+	if (n && n->is_dir)
+		node_remove(ov, n);
+	g_mutex_unlock(&ov->lock);
+	return TRUE;
+}
+
+/* -- files -------------------------------------------------------------- */
+
+struct ov_file *overlay_open(struct overlay *ov, guint64 node,
+			     gboolean writable, gboolean truncate,
+			     GError **error)
+{
+	struct s3_get_args args = { .endpoint = -1 };
+	g_autofree char *key = NULL;
+	g_autoptr(GBytes) bytes = NULL;
+	struct ov_file *f = NULL;
+	struct onode *n;
+	gsize len;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_node, &node);
+	if (!n || n->removed) {
+		g_mutex_unlock(&ov->lock);
+		g_set_error(error, BFS_ERROR, ENOENT, "removed");
+		return NULL;
+	}
+	if (n->is_dir) {
+		g_mutex_unlock(&ov->lock);
+		g_set_error(error, BFS_ERROR, EISDIR, "a directory");
+		return NULL;
+	}
+	if (n->data || truncate) {
+		if (!n->data)
+			n->data = g_byte_array_new();
+		if (truncate && n->data->len) {
+			g_byte_array_set_size(n->data, 0);
+			n->size = 0;
+			n->version++;
+		}
+		f = file_new(ov, n, writable);
+		g_mutex_unlock(&ov->lock);
+		return f;
+	}
+	if (n->size > ov->write_max) {
+		g_mutex_unlock(&ov->lock);
+		g_set_error(error, BFS_ERROR, EFBIG,
+			    "'%s' is larger than write_max (%" G_GUINT64_FORMAT
+			    " bytes)",
+			    n->key, ov->write_max);
+		return NULL;
+	}
+	key = g_strdup(n->key);
+	args.if_match = n->etag && *n->etag ? g_strdup(n->etag) : NULL;
+	n->opens++; /* keeps the node while we fetch */
+	g_mutex_unlock(&ov->lock);
+
+	bytes = s3_get(ov->s3, key, &args, NULL, error);
+	g_free((char *)args.if_match);
+	g_mutex_lock(&ov->lock);
+	n->opens--;
+	if (bytes && !n->removed) {
+		if (!n->data) {
+			const guint8 *p = g_bytes_get_data(bytes, &len);
+
+			n->data = g_byte_array_sized_new(len);
+			g_byte_array_append(n->data, p, len);
+			n->size = len;
+		}
+		f = file_new(ov, n, writable);
+	} else if (bytes) {
+		g_set_error(error, BFS_ERROR, ENOENT, "removed");
+	}
+	if (!f && n->removed && !n->lookups && !n->opens)
+		g_hash_table_remove(ov->by_node, &n->node);
+	g_mutex_unlock(&ov->lock);
+	return f;
+}
+
+gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf)
+{
+	struct onode *n = f->n;
+	gsize got = 0;
+
+	g_mutex_lock(&f->ov->lock);
+	if (n->data && off < n->data->len) {
+		got = MIN(size, n->data->len - off);
+		memcpy(buf, n->data->data + off, got);
+	}
+	g_mutex_unlock(&f->ov->lock);
+	return got;
+}
+
+gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
+		       gsize size, GError **error)
+{
+	struct onode *n = f->n;
+
+	if (!f->writable) {
+		g_set_error(error, BFS_ERROR, EBADF, "not open for writing");
+		return FALSE;
+	}
+	if (off + size > f->ov->write_max || off + size < off) {
+		g_set_error(
+			error, BFS_ERROR, EFBIG,
+			"write past write_max (%" G_GUINT64_FORMAT
+			" bytes): files are buffered whole in writable mode",
+			f->ov->write_max);
+		return FALSE;
+	}
+	g_mutex_lock(&f->ov->lock);
+	if (n->data->len < off + size)
+		g_byte_array_set_size(n->data, off + size);
+	memcpy(n->data->data + off, buf, size);
+	n->size = n->data->len;
+	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
+	n->version++;
+	g_mutex_unlock(&f->ov->lock);
+	return TRUE;
+}
+
+gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
+			  GError **error)
+{
+	struct onode *n;
+	struct ov_file *f;
+	gboolean ok;
+
+	if (size > ov->write_max) {
+		g_set_error(error, BFS_ERROR, EFBIG,
+			    "size past write_max (%" G_GUINT64_FORMAT " bytes)",
+			    ov->write_max);
+		return FALSE;
+	}
+	/* Through a handle of our own, so the bytes are there and the
+	 * result is uploaded like any write. */
+	f = overlay_open(ov, node, TRUE, size == 0, error);
+	if (!f)
+		return FALSE;
+	n = f->n;
+	g_mutex_lock(&ov->lock);
+	if (n->data->len != size) {
+		guint64 old = n->data->len;
+
+		g_byte_array_set_size(n->data, size);
+		if (size > old)
+			memset(n->data->data + old, 0, size - old);
+		n->size = size;
+		n->version++;
+	}
+	g_mutex_unlock(&ov->lock);
+	ok = overlay_flush(f, error);
+	overlay_release(f);
+	return ok;
+}
+
+gboolean overlay_flush(struct ov_file *f, GError **error)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	struct s3_object_meta meta = { 0 };
+	g_autoptr(GBytes) body = NULL;
+	g_autofree char *key = NULL;
+	guint64 version;
+
+	g_mutex_lock(&ov->lock);
+	if (!f->writable || n->removed || n->version == n->uploaded) {
+		g_mutex_unlock(&ov->lock);
+		return TRUE;
+	}
+	version = n->version;
+	body = g_bytes_new(n->data->data, n->data->len);
+	key = g_strdup(n->key);
+	g_mutex_unlock(&ov->lock);
+
+	if (!s3_put(ov->s3, key, body, NULL, &meta, error)) {
+		g_prefix_error(error, "upload of '%s' at close: ", key);
+		f->failed = TRUE;
+		return FALSE;
+	}
+	g_mutex_lock(&ov->lock);
+	if (version > n->uploaded) {
+		n->uploaded = version;
+		g_free(n->etag);
+		/* A new name is ours until forgotten; see overlay_lookup(). */
+		n->etag = NULL;
+	}
+	g_mutex_unlock(&ov->lock);
+	s3_object_meta_clear(&meta);
+	return TRUE;
+}
+
+void overlay_release(struct ov_file *f)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	g_autoptr(GError) err = NULL;
+
+	/* After a failed upload that close() reported, no second try: the
+	 * writer was told the file is not on S3. */
+	if (!f->failed && !overlay_flush(f, &err)) {
+		g_autofree char *k = log_escape(n->key, -1);
+
+		log_error(LOG_LEVEL_ERR, err,
+			  "writable mode: '%s' is not on S3", k);
+	}
+	g_mutex_lock(&ov->lock);
+	n->opens--;
+	if (!n->opens && f->failed && n->version != n->uploaded) {
+		/* What S3 has is the truth: a name never uploaded goes, an
+		 * older upload is looked up again. */
+		if (!n->uploaded && !n->etag) {
+			node_unname(ov, n);
+		} else {
+			n->version = n->uploaded;
+			g_free(n->etag);
+			n->etag = g_strdup("");
+		}
+	}
+	if (!n->opens && n->version == n->uploaded && n->data) {
+		/* Nothing to keep: the next open fetches it again. */
+		g_byte_array_unref(n->data);
+		n->data = NULL;
+	}
+	if (n->removed && !n->lookups && !n->opens)
+		g_hash_table_remove(ov->by_node, &n->node);
+	g_mutex_unlock(&ov->lock);
+	g_free(f);
+}
+
+/* -- listing ------------------------------------------------------------ */
+
+static gint dirent_cmp(gconstpointer a, gconstpointer b)
+{
+	const struct ov_dirent *x = *(struct ov_dirent *const *)a;
+	const struct ov_dirent *y = *(struct ov_dirent *const *)b;
+
+	return strcmp(x->name, y->name);
+}
+
+static void dirent_free(void *p)
+{
+	struct ov_dirent *d = p;
+
+	g_free(d->name);
+	g_free(d);
+}
+
+GPtrArray *overlay_children(struct overlay *ov, const char *dir_key)
+{
+	GPtrArray *out = g_ptr_array_new_with_free_func(dirent_free);
+	gsize plen = strlen(dir_key);
+	GHashTableIter it;
+	struct onode *n;
+
+	g_mutex_lock(&ov->lock);
+	g_hash_table_iter_init(&it, ov->by_key);
+	while (g_hash_table_iter_next(&it, NULL, (gpointer *)&n)) {
+		struct ov_dirent *d;
+
+		if (n->removed || strncmp(n->key, dir_key, plen) != 0 ||
+		    !n->key[plen] || strchr(n->key + plen, '/'))
+			continue;
+		d = g_new0(struct ov_dirent, 1);
+		d->name = g_strdup(n->key + plen);
+		fill_attr(n, &d->attr);
+		g_ptr_array_add(out, d);
+	}
+	g_mutex_unlock(&ov->lock);
+	g_ptr_array_sort(out, dirent_cmp);
+	return out;
+}

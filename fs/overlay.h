@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * overlay.h - the names the index doesn't have, in writable mode
+ * (-o writable): small files written through with PutObject, directories
+ * made with a zero-byte "name/" marker, and names other hosts created,
+ * found by asking S3 (HeadObject, then a one-key ListObjectsV2 for a
+ * directory).  This is what tools such as MLPerf Storage's pre-flight
+ * checks need on a dataset mount: create, stat and unlink a probe
+ * dot-file, see another host's, and mkdir train/, valid/ and test/.
+ *
+ * The limits (bucketfs(1), WRITES): a file is buffered whole in memory up
+ * to write_max bytes and uploaded by one PUT when it is closed (flush), so
+ * close() reports the upload's error; objects of the index stay read-only;
+ * no rename (EXDEV, so mv copies), hard links (EXDEV) or symlinks;
+ * permissions and times are not stored; names made on other hosts are
+ * found by lookup at once but listed only after the next index build.
+ *
+ * Keys here are full S3 keys, prefix included, without a trailing '/'
+ * (a directory's marker object is KEY + "/").  Inode numbers are
+ * index_key_ino() of the key as the index would hold it, so a path has
+ * one st_ino on every host, before and after the next index build.
+ *
+ * Node numbers are small integers > 0, stable while the node is known;
+ * the caller maps them into its node-id space.  Each lookup-like call
+ * counts one kernel lookup, overlay_forget() returns them.  Any thread;
+ * the calls that talk to S3 block (FUSE worker threads only).
+ */
+#ifndef BUCKETFS_FS_OVERLAY_H
+#define BUCKETFS_FS_OVERLAY_H
+
+#include <glib.h>
+#include <sys/types.h>
+
+#include "s3.h"
+
+struct overlay;
+struct ov_file;
+
+/* Writable mode's largest file, unless write_max= says otherwise. */
+#define OVERLAY_DEFAULT_WRITE_MAX ((guint64)64 << 20)
+
+struct ov_attr {
+	guint64 node; /* the overlay's node number */
+	guint64 ino;  /* st_ino */
+	gboolean is_dir;
+	guint64 size;
+	gint64 mtime;
+};
+
+/* @s3 is borrowed and must outlive the overlay. */
+struct overlay *overlay_new(struct s3 *s3, guint64 write_max);
+void overlay_free(struct overlay *ov);
+
+/*
+ * Finds @key: a name this overlay knows, else (when @probe) the object
+ * KEY on S3 (HEAD), else a directory KEY/ on S3 (any key under it).
+ * Returns TRUE and fills @out with one lookup counted; FALSE with @error
+ * ENOENT when there is no such name, or the S3 error's cause chain.
+ */
+gboolean overlay_lookup(struct overlay *ov, const char *key, gboolean probe,
+			struct ov_attr *out, GError **error);
+
+/* The attributes of node @node; FALSE if unknown or removed. */
+gboolean overlay_getattr(struct overlay *ov, guint64 node, struct ov_attr *out);
+
+/* The key of node @node, newly allocated; NULL if unknown or removed. */
+char *overlay_key(struct overlay *ov, guint64 node);
+
+/* Returns @nlookup kernel lookups of @node. */
+void overlay_forget(struct overlay *ov, guint64 node, guint64 nlookup);
+
+/*
+ * A new empty file @key, open for writing (*@file), nothing uploaded
+ * yet: the PUT happens at overlay_flush().  An existing overlay file of
+ * that name is truncated.  Counts one lookup.
+ */
+gboolean overlay_create(struct overlay *ov, const char *key,
+			struct ov_attr *out, struct ov_file **file,
+			GError **error);
+
+/* PUTs the marker KEY/ (zero bytes).  Counts one lookup. */
+gboolean overlay_mkdir(struct overlay *ov, const char *key, struct ov_attr *out,
+		       GError **error);
+
+/* DELETEs object @key, which must be an overlay file (EPERM otherwise). */
+gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error);
+
+/*
+ * Removes the directory @key: ENOTEMPTY when any key other than its
+ * marker is under it, else DELETEs the marker.
+ */
+gboolean overlay_rmdir(struct overlay *ov, const char *key, GError **error);
+
+/*
+ * Opens file @node.  Its bytes are fetched whole (GET, at most write_max)
+ * unless @truncate or another handle has them.  @writable handles may
+ * write; the first write marks the file for upload.
+ */
+struct ov_file *overlay_open(struct overlay *ov, guint64 node,
+			     gboolean writable, gboolean truncate,
+			     GError **error);
+
+/* Copies up to @size bytes at @off into @buf; returns how many. */
+gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
+
+/* Writes; EFBIG past write_max, EBADF on a read-only handle. */
+gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
+		       gsize size, GError **error);
+
+/* Sets the size of node @node (open or not; EISDIR for a directory). */
+gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
+			  GError **error);
+
+/* PUTs the file if it changed since its last upload. */
+gboolean overlay_flush(struct ov_file *f, GError **error);
+
+/* Closes; uploads first if still dirty and no upload through this handle
+ * failed yet (the error is logged). */
+void overlay_release(struct ov_file *f);
+
+/*
+ * The overlay names directly inside directory @dir_key ("" for the
+ * bucket's root, else ending with '/'), sorted by name: a GPtrArray of
+ * struct ov_dirent (free with g_ptr_array_unref).  No lookup counted.
+ */
+struct ov_dirent {
+	char *name;
+	struct ov_attr attr;
+};
+GPtrArray *overlay_children(struct overlay *ov, const char *dir_key);
+
+#endif

@@ -1,0 +1,222 @@
+#!/usr/bin/python3
+"""Writable mode (-o writable): what MLPerf Storage's pre-flight checks do on
+a data directory, on real mounts of the test server, two at a time standing
+for two hosts: statvfs, a probe dot-file created, stat'ed (same st_ino on
+both hosts) and unlinked, mkdir of train/valid/test, link giving EXDEV; and
+the limits: indexed objects stay read-only, write_max, an upload failing at
+close(), a read-only mount refusing all of it."""
+
+import errno
+import os
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from test_mount import Mount  # noqa: E402
+
+if not os.path.exists("/dev/fuse"):
+    print("no /dev/fuse: skipping")
+    sys.exit(harness.SKIP)
+
+IMG = 322_624
+DATA = {f"train/img_{i}_of_4.jpeg": bytes([i]) * IMG for i in range(4)}
+
+
+class WritableTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="bfs-writable-")
+        cls.data = os.path.join(cls.tmp, "data")
+        os.makedirs(cls.data)
+        cls.server = harness.TestServer("--bucket", f"mlds={cls.data}")
+        for k, v in DATA.items():
+            harness.put_object(cls.server.url, "mlds", k, v)
+        cls.mounts = []
+
+    @classmethod
+    def tearDownClass(cls):
+        for m in cls.mounts:
+            if m.proc.poll() is None:
+                m.unmount()
+        cls.server.stop()
+
+    def mount(self, name, *opts):
+        m = Mount("s3://mlds", self.server.url,
+                  os.path.join(self.tmp, name + ".idx"), *opts,
+                  log=os.path.join(self.tmp, name + ".log"))
+        self.mounts.append(m)
+        self.addCleanup(self.unmount, m)
+        return m
+
+    def unmount(self, m):
+        if m.proc.poll() is None:
+            rc, status = m.unmount()
+            self.assertEqual((rc, status), (0, 0), m.output())
+
+    def s3_get(self, key):
+        """The object's bytes through the server's S3 API (signed with
+        botocore), or None on 404."""
+        import http.client
+        import urllib.parse
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        path = "/mlds/" + urllib.parse.quote(key, safe="/~")
+        req = AWSRequest(method="GET", url=self.server.url + path,
+                         headers={"X-Amz-Content-SHA256": "UNSIGNED-PAYLOAD"})
+        S3SigV4Auth(Credentials(harness.AK, harness.SK), "s3",
+                    "us-east-1").add_auth(req)
+        u = urllib.parse.urlsplit(self.server.url)
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
+        conn.request("GET", path, headers=dict(req.headers.items()))
+        resp = conn.getresponse()
+        body = resp.read()
+        conn.close()
+        if resp.status == 404:
+            return None
+        self.assertEqual(resp.status, 200, body)
+        return body
+
+    def server_has(self, key):
+        return self.s3_get(key) is not None
+
+    def test_mlperf_checks_across_two_hosts(self):
+        a = self.mount("host-a", "writable")
+        b = self.mount("host-b", "writable")
+        # statvfs: free space at least the dataset's size.
+        st = os.statvfs(a.path("train"))
+        self.assertGreaterEqual(st.f_bavail * st.f_frsize, IMG * len(DATA))
+
+        # A probe dot-file: created and written on A, uploaded at close.
+        probe = "train/.probe-host-a"
+        with open(a.path(probe), "wb") as f:
+            f.write(b"probe\n")
+        self.assertTrue(self.server_has(probe))
+        sa = os.stat(a.path(probe))
+        self.assertEqual(sa.st_size, 6)
+        # Host B finds it on S3 (not in its index), same st_ino, same bytes.
+        sb = os.stat(b.path(probe))
+        self.assertEqual(sb.st_ino, sa.st_ino)
+        self.assertEqual(sb.st_size, 6)
+        with open(b.path(probe), "rb") as f:
+            self.assertEqual(f.read(), b"probe\n")
+        self.assertIn(".probe-host-a", os.listdir(a.path("train")))
+        # The dataset is still whole, and listed once per name.
+        names = os.listdir(a.path("train"))
+        self.assertEqual(len(names), len(set(names)))
+        for k in DATA:
+            self.assertIn(os.path.basename(k), names)
+        # Unlinked on A: gone on S3, on A at once, on B after its
+        # attribute timeout (1 s).
+        os.unlink(a.path(probe))
+        self.assertFalse(self.server_has(probe))
+        self.assertFalse(os.path.exists(a.path(probe)))
+        time.sleep(1.5)
+        self.assertFalse(os.path.exists(b.path(probe)))
+
+        # mkdir train/valid/test as the benchmark does.
+        for d in ("train", "valid", "test"):
+            os.makedirs(a.path(d), exist_ok=True)
+        with self.assertRaises(FileExistsError):
+            os.mkdir(a.path("train"))
+        self.assertTrue(os.path.isdir(a.path("valid")))
+        self.assertEqual(self.s3_get("valid/"), b"")
+        self.assertTrue(os.path.isdir(b.path("test")))
+        for d in ("train", "valid", "test"):
+            os.makedirs(b.path(d), exist_ok=True)
+        self.assertIn("valid", os.listdir(a.path()))
+        # A file in a new directory, then rmdir refused until it's gone.
+        with open(a.path("valid/.x"), "wb") as f:
+            f.write(b"x")
+        with self.assertRaises(OSError) as cm:
+            os.rmdir(a.path("valid"))
+        self.assertEqual(cm.exception.errno, errno.ENOTEMPTY)
+        os.unlink(a.path("valid/.x"))
+        os.rmdir(a.path("valid"))
+        self.assertFalse(os.path.exists(a.path("valid")))
+
+        # link: EXDEV into another filesystem (the kernel's) and inside
+        # the mount (ours).
+        img = a.path("train/img_0_of_4.jpeg")
+        with self.assertRaises(OSError) as cm:
+            os.link(img, os.path.join(self.tmp, "sentinel"))
+        self.assertEqual(cm.exception.errno, errno.EXDEV)
+        with self.assertRaises(OSError) as cm:
+            os.link(img, a.path("train/.sentinel"))
+        self.assertEqual(cm.exception.errno, errno.EXDEV)
+
+    def test_indexed_objects_stay_read_only(self):
+        m = self.mount("ro-objects", "writable")
+        img = m.path("train/img_1_of_4.jpeg")
+        for fn in (lambda: open(img, "r+b"), lambda: os.unlink(img),
+                   lambda: os.truncate(img, 0)):
+            with self.assertRaises(OSError) as cm:
+                fn()
+            self.assertEqual(cm.exception.errno, errno.EROFS)
+        with self.assertRaises(FileExistsError):
+            os.open(img, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        with self.assertRaises(OSError) as cm:
+            os.rename(img, m.path("train/moved"))
+        self.assertEqual(cm.exception.errno, errno.EXDEV)
+        with open(img, "rb") as f:
+            self.assertEqual(f.read(), DATA["train/img_1_of_4.jpeg"])
+
+    def test_rewrite_truncate_and_write_max(self):
+        m = self.mount("limits", "writable", "write_max=1000")
+        p = m.path(".scratch")
+        with open(p, "wb") as f:
+            f.write(b"a" * 600)
+        with open(p, "r+b") as f:
+            f.seek(100)
+            f.write(b"B" * 10)
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), b"a" * 100 + b"B" * 10 + b"a" * 490)
+        os.truncate(p, 50)
+        self.assertEqual(os.stat(p).st_size, 50)
+        self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
+        with self.assertRaises(OSError) as cm:
+            with open(p, "ab") as f:
+                f.write(b"z" * 2000)
+        self.assertEqual(cm.exception.errno, errno.EFBIG)
+        self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
+        os.unlink(p)
+
+    def test_upload_failure_reaches_close(self):
+        m = self.mount("fail", "writable", "max_attempts=2")
+        self.server.faults([{"op": "PUT", "kind": "status", "status": 403,
+                             "code": "AccessDenied"}])
+        try:
+            f = open(m.path(".denied"), "wb")
+            f.write(b"nope")
+            with self.assertRaises(OSError) as cm:
+                f.close()
+            self.assertEqual(cm.exception.errno, errno.EACCES)
+        finally:
+            self.server.clear_faults()
+        self.assertFalse(self.server_has(".denied"))
+        time.sleep(1.5)  # the kernel's attribute cache of the name
+        self.assertFalse(os.path.exists(m.path(".denied")))
+        out = m.output()
+        self.assertIn("close '.denied'", out)
+        self.assertIn("PUT s3://mlds/.denied", out)
+        self.assertIn("403", out)
+
+    def test_read_only_mount_refuses(self):
+        m = self.mount("readonly")
+        for fn in (lambda: open(m.path(".probe"), "wb"),
+                   lambda: os.mkdir(m.path("valid"))):
+            with self.assertRaises(OSError) as cm:
+                fn()
+            self.assertEqual(cm.exception.errno, errno.EROFS)
+        with self.assertRaises(OSError) as cm:
+            os.link(m.path("train/img_2_of_4.jpeg"), m.path("x"))
+        self.assertEqual(cm.exception.errno, errno.EXDEV)
+        self.assertFalse(os.path.exists(m.path("no-such-name")))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
