@@ -39,15 +39,22 @@ def log(msg):
 _SNAPSHOT = {}
 
 
-def snapshot_binaries(names=("bucketfs", "bucketfs-index")):
+def snapshot_binaries(names=("bucketfs", "bucketfs-index"), optional=("bucketfs-compare",)):
     """Copies the binaries under test to a private directory, so that a
-    rebuild in the tree during the run cannot swap or remove them midway."""
+    rebuild in the tree during the run cannot swap or remove them midway.
+    An @optional one that is not built is left out (its measurement says
+    so)."""
     d = tempfile.mkdtemp(prefix="bfs-bench-bin-", dir="/var/tmp")
     CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
     with open(os.path.join(d, "run.pid"), "w") as f:
         f.write("%d\n" % os.getpid())
-    for n in names:
-        src = binary(n)
+    for n in list(names) + list(optional):
+        try:
+            src = binary(n)
+        except FileNotFoundError:
+            if n in optional:
+                continue
+            raise
         dst = os.path.join(d, n)
         shutil.copy2(src, dst)
         _SNAPSHOT[n] = (dst, src)
@@ -531,12 +538,12 @@ class Mount:
         if self.kind == "bucketfs":
             opts = ["endpoint=%s" % u for u in r.endpoints.urls]
             opts.append("index=%s" % r.index_path(self.ds))
-            opts += self.extra_opts
+            opts += getattr(r, "mount_opts", []) + self.extra_opts
             cmd = [binary("bucketfs"), "-f", "-o", ",".join(opts),
-                   "s3://%s" % self.ds.name, self.mnt]
+                   getattr(self.ds, "url", "s3://%s" % self.ds.name), self.mnt]
             if self.nofile:
                 cmd = ["prlimit", "--nofile=%d:%d" % (self.nofile, self.nofile)] + cmd
-            return cmd, client_env()
+            return cmd, r.client_env()
         if self.kind == "s3fs":
             opts = ["url=%s" % r.endpoints.urls[0], "use_path_request_style",
                     "passwd_file=%s" % r.s3fs_passwd(), "ro"] + self.extra_opts
@@ -627,6 +634,10 @@ class Rig:
 
     def index_path(self, ds):
         return os.path.join(self.tmp, "%s.idx" % ds.name)
+
+    @staticmethod
+    def client_env():
+        return client_env()
 
     def s3fs_passwd(self):
         if not self._passwd:

@@ -4,16 +4,20 @@
   tools/bench/run.py [--quick] [--files N] [--procs P] [--runs R]
                      [--out docs/BENCHMARKS.md] [--only M,...] [--skip M,...]
                      [--no-setup] [--build] [--cache-dir DIR] [...]
+  tools/bench/run.py --endpoint URL [--endpoint URL...] --bucket s3://B[/P]
+                     [--upload] [--region R] [--ca-file PEM] [--files N] [...]
 
 Serves datasets (written once under the cache directory) with nginx on 4
 loopback ports, listings through the test S3 server behind the same ports,
 and measures bucketfs against the direct S3 path (curl), s3fs, rclone and
-the local page cache.  Progress goes to stderr; the report to --out, the
+the local page cache.  With --endpoint/--bucket it measures a real object
+store instead (mount, dlio and compare only; see tools/bench/README.md).
+Progress goes to stderr; the report to --out, the
 chart next to it (bench-dlio.png), the raw numbers to the cache directory
 (results/*.json).  See tools/bench/README.md.
 
-Measurements (--only/--skip names): rig, mount, dlio, large, fio, tree,
-concurrency, failover.
+Measurements (--only/--skip names): rig, mount, dlio, compare, large, fio,
+tree, concurrency, failover.
 """
 
 import argparse
@@ -34,11 +38,16 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import readers  # noqa: E402
+import remote  # noqa: E402
 import report  # noqa: E402
 import rig  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
 
-MEASUREMENTS = ["rig", "mount", "dlio", "large", "fio", "tree", "concurrency", "failover"]
+MEASUREMENTS = ["rig", "mount", "dlio", "compare", "large", "fio", "tree", "concurrency",
+                "failover"]
+# What runs against a real endpoint (--endpoint): the others need the local
+# rig (nginx to kill, datasets on disk, peers configured for it).
+REMOTE_MEASUREMENTS = ["mount", "dlio", "compare"]
 
 
 class Skip(Exception):
@@ -110,19 +119,33 @@ class Bench:
         self.res["datasets"] = {ds.name: ds.meta for ds in (self.retina, self.large, self.tree)}
         self.res["endpoints"] = self.rig.endpoints.urls
 
+    # What differs between the local rig and a real endpoint (RemoteBench).
+    def client_env(self):
+        return self.rig.client_env()
+
+    @staticmethod
+    def bucket_url(ds):
+        return getattr(ds, "url", "s3://%s" % ds.name)
+
+    def s3_opts(self):
+        """The -o options every bucketfs tool gets: endpoints and the like."""
+        return ["endpoint=%s" % u for u in self.rig.endpoints.urls] + \
+            getattr(self.rig, "mount_opts", [])
+
     def build_index(self, ds):
         """bucketfs-index build of ds into the run's index file; the time."""
         idx = self.rig.index_path(ds)
         if os.path.exists(idx):
             return None
-        opts = ",".join(["endpoint=%s" % u for u in self.rig.endpoints.urls] + ["index=%s" % idx])
+        opts = ",".join(self.s3_opts() + ["index=%s" % idx])
         t = time.monotonic()
         r = subprocess.run([rig.binary("bucketfs-index"), "build", "-q", "-o", opts,
-                            "s3://%s" % ds.name], env=rig.client_env(),
+                            self.bucket_url(ds)], env=self.client_env(),
                            capture_output=True, text=True, timeout=3600)
         dt = time.monotonic() - t
         if r.returncode:
-            raise RuntimeError("bucketfs-index build s3://%s: %s" % (ds.name, r.stderr.strip()))
+            raise RuntimeError("bucketfs-index build %s: %s" % (self.bucket_url(ds),
+                                                                r.stderr.strip()))
         return dt
 
     def mount(self, kind, ds, **kw):
@@ -179,15 +202,16 @@ class Bench:
         idx = self.rig.index_path(ds)
         if os.path.exists(idx):
             os.unlink(idx)
-        log("mount: bucketfs-index build s3://%s (%d keys, listed through nginx)"
-            % (ds.name, len(ds.files)))
+        log("mount: bucketfs-index build %s (%d keys%s)"
+            % (self.bucket_url(ds), len(ds.files),
+               ", listed through nginx" if self.rig.endpoints.nginx else ""))
         build = self.build_index(ds)
         sec["index_build_s"] = build
         sec["index_bytes"] = os.path.getsize(idx)
         times = []
         mnt = os.path.join(self.rig.tmp, "mnt-mounttime")
         os.makedirs(mnt, exist_ok=True)
-        opts = ",".join(["endpoint=%s" % u for u in self.rig.endpoints.urls] + ["index=%s" % idx])
+        opts = ",".join(self.s3_opts() + ["index=%s" % idx])
         plan = [("cold", r) for r in range(a.runs)] + [("warm", r) for r in range(a.runs)]
         if not rig.can_drop_caches():
             plan = [("warm", r) for r in range(a.runs)]
@@ -196,8 +220,8 @@ class Bench:
                 rig.drop_caches()
             t0 = time.monotonic()
             undo = CLEANUP.push("unmount %s" % mnt, lambda: rig.unmount(mnt))
-            p = subprocess.run([rig.binary("bucketfs"), "-o", opts, "s3://%s" % ds.name, mnt],
-                               env=rig.client_env(), capture_output=True, text=True,
+            p = subprocess.run([rig.binary("bucketfs"), "-o", opts, self.bucket_url(ds), mnt],
+                               env=self.client_env(), capture_output=True, text=True,
                                timeout=600)
             t_ret = time.monotonic() - t0
             if p.returncode:
@@ -208,14 +232,14 @@ class Bench:
                 if time.monotonic() - t0 > 60:
                     raise RuntimeError("bucketfs returned but %s is not mounted" % mnt)
             t_ready = time.monotonic() - t0
-            n = len(os.listdir(os.path.join(mnt, "train")))
+            n = len(os.listdir(os.path.join(mnt, getattr(ds, "list_dir", "train"))))
             pid = self._daemon_pid(mnt)
             rig.unmount(mnt)
             CLEANUP.remove(undo)
             self._wait_gone(pid)
             times.append({"return_s": t_ret, "ready_s": t_ready, "entries": n, "mode": mode})
-            log("mount: run %d (%s page cache): ready in %.1f ms (%d entries in train/)"
-                % (r + 1, mode, t_ready * 1e3, n))
+            log("mount: run %d (%s page cache): ready in %.1f ms (%d entries in %s/)"
+                % (r + 1, mode, t_ready * 1e3, n, getattr(ds, "list_dir", "train")))
         sec["runs"] = [t for t in times if t["mode"] == "cold"]
         sec["warm_runs"] = [t for t in times if t["mode"] == "warm"]
         sec["median_ready_s"] = median([t["ready_s"] for t in sec["runs"]])
@@ -377,6 +401,58 @@ class Bench:
                 for k in ("files_s", "mb_s", "p50_ms", "p99_ms", "max_ms", "wall_s"):
                     paths[p]["median_" + k] = median([x[k] for x in runs])
                 paths[p]["errors"] = sum(x["errors"] for x in runs)
+
+    # ---- bucketfs-compare: the mount against our own S3 client ---------------
+
+    def m_compare(self):
+        """bucketfs-compare --bench on the mounted dataset: the same files
+        read through the mount and with bucketfs's own S3 client (the same
+        endpoints and credentials), --procs in flight on each side, in one
+        process; one invocation per run, the order alternating.  Its
+        namespace check comes for free and must find nothing."""
+        a = self.a
+        ds = self.retina
+        try:
+            exe = rig.binary("bucketfs-compare")
+        except FileNotFoundError as exc:
+            raise Skip("bucketfs-compare is not built (%s)" % exc)
+        sec = self.res["sections"]["compare"] = {"files": len(ds.files), "procs": a.procs,
+                                                 "runs": []}
+        with self.mount("bucketfs", ds) as m:
+            for r in range(a.runs):
+                cold(ds.paths(), ds.name)
+                order = "mount-first" if r % 2 == 0 else "s3-first"
+                cmd = [exe, m.mnt, self.bucket_url(ds), "-o", ",".join(self.s3_opts()),
+                       "--bench", "--procs", str(a.procs), "--files", str(len(ds.files)),
+                       "--runs", "1", "--order", order, "--seed", str(r), "--json", "-q"]
+                log("compare: run %d/%d: %d files, %d in flight per side, %s"
+                    % (r + 1, a.runs, len(ds.files), a.procs, order))
+                p = subprocess.run(cmd, env=self.client_env(), capture_output=True, text=True,
+                                   timeout=a.run_timeout)
+                if p.returncode not in (0, 1) or not p.stdout.strip():
+                    raise RuntimeError("bucketfs-compare exited %d: %s"
+                                       % (p.returncode, p.stderr.strip()[-600:]))
+                j = json.loads(p.stdout)
+                b = j["bench"]
+                b["order"] = order
+                sec["runs"].append(b)
+                sec["namespace"] = {k: j["namespace"][k] for k in
+                                    ("keys", "expected_files", "mount_files", "differences")}
+                if p.returncode == 1:
+                    firsts = [d for part in ("namespace", "bench")
+                              for d in j[part]["differences"]["first"]][:3]
+                    self.problem("compare", "run %d: bucketfs-compare found %d differences, "
+                                 "e.g. %s" % (r + 1, j["total_differences"], firsts))
+                log("compare:   mount %.0f files/s (p99 %.1f ms), S3 %.0f files/s (p99 %.1f "
+                    "ms): mount/S3 %.2f" % (b["mount"]["files_per_s"], b["mount"]["p99_ms"],
+                                            b["s3"]["files_per_s"], b["s3"]["p99_ms"],
+                                            b["ratio_files_per_s"]))
+        for side in ("mount", "s3"):
+            sec["median_" + side] = {k: median([x[side][k] for x in sec["runs"]]) for k in
+                                     ("files_per_s", "mb_per_s", "p50_ms", "p99_ms",
+                                      "max_ms")}
+            sec["errors_" + side] = sum(x[side]["errors"] for x in sec["runs"])
+        sec["median_ratio"] = median([x["ratio_files_per_s"] for x in sec["runs"]])
 
     # ---- large file ---------------------------------------------------------
 
@@ -723,8 +799,14 @@ class Bench:
 
     # ---- driver ---------------------------------------------------------------
 
+    measurements = MEASUREMENTS
+
     def run(self, selected):
         for name in MEASUREMENTS:
+            if name not in self.measurements:
+                self.res["sections"].setdefault(name, {})["status"] = \
+                    "not selected: it needs the local rig, not a real endpoint"
+                continue
             if name not in selected:
                 self.res["sections"].setdefault(name, {})["status"] = "not selected (--only/--skip)"
                 continue
@@ -765,6 +847,71 @@ class Bench:
                 self.problem(name, "the rig's nginx on %s logged %d critical errors, so the "
                              "numbers of this measurement are suspect; first: %s"
                              % (x.url, len(bad), bad[0]))
+
+
+class RemoteBench(Bench):
+    """The measurements that make sense against a real object store: the
+    user's endpoints, credentials from the environment or the profile, the
+    objects already under the prefix (or uploaded with --upload)."""
+
+    measurements = REMOTE_MEASUREMENTS
+
+    def prepare(self):
+        a = self.a
+        self.rig = remote.RemoteRig(a)
+        self.rig.logs_dir = self.res["logs_dir"] = os.path.join(
+            self.cache, "results", a.stamp + "-logs")
+        bucket, prefix = remote.parse_bucket(a.bucket)
+        client = remote.s3_client(a)
+        if a.upload:
+            t = time.monotonic()
+            n = remote.upload_retina(client, bucket, prefix, a.files)
+            self.res["upload"] = {"objects": n, "seconds": time.monotonic() - t}
+        ds = remote.RemoteDataset(bucket, prefix)
+        t = time.monotonic()
+        remote.list_dataset(client, ds, limit=a.files)
+        if not ds.files:
+            raise RuntimeError("no object under %s that the mount shows as a file" % ds.url)
+        # m_mount counts the entries of one directory to prove the mount
+        # serves: the first file's.
+        ds.list_dir = os.path.dirname(ds.files[0])
+        self.retina = ds
+        self.res["datasets"] = {ds.url: ds.meta}
+        self.res["endpoints"] = list(a.endpoint)
+        self.res["remote"] = {"bucket": ds.url, "mount_opts": self.rig.mount_opts}
+        log("remote: %s: %d files, %.1f MB (listed in %.1f s%s); endpoints %s"
+            % (ds.url, len(ds.files), ds.meta["bytes"] / 1e6, time.monotonic() - t,
+               ", the first --files only" if ds.meta["limited"] else "",
+               ", ".join(a.endpoint)))
+
+    def m_dlio(self):
+        """Only the bucketfs path: the direct S3 path is m_compare's."""
+        a = self.a
+        ds = self.retina
+        sec = self.res["sections"]["dlio"] = {"paths": {"bucketfs": {"runs": [],
+                                                                     "status": None}},
+                                              "files": len(ds.files), "procs": a.procs}
+        row = sec["paths"]["bucketfs"]
+        with self.mount("bucketfs", ds) as m:
+            sizes = {m.path(k): size for k, size in ds.sizes.items()}
+            for r in range(a.runs):
+                log("dlio: run %d/%d: bucketfs, %d files, %d processes"
+                    % (r + 1, a.runs, len(sizes), a.procs))
+                cold(None, "nothing")
+                res = readers.read_all(list(sizes), a.procs, seed=r, expect=sizes.__getitem__,
+                                       timeout=a.run_timeout)
+                res.pop("ends", None)
+                res.pop("error_times", None)
+                row["runs"].append(res)
+                log("dlio:   bucketfs: %.0f files/s, %.0f MB/s, p50 %.1f ms, p99 %.1f ms, "
+                    "%d errors" % (res["files_s"], res["mb_s"], res["p50_ms"] or 0,
+                                   res["p99_ms"] or 0, res["errors"]))
+                if res["errors"]:
+                    self.problem("dlio", "bucketfs run %d: %d failed reads, e.g. %s"
+                                 % (r + 1, res["errors"], res["error_samples"][:3]))
+        for k in ("files_s", "mb_s", "p50_ms", "p99_ms", "max_ms", "wall_s"):
+            row["median_" + k] = median([x[k] for x in row["runs"]])
+        row["errors"] = sum(x["errors"] for x in row["runs"])
 
 
 class FdSampler(threading.Thread):
@@ -928,8 +1075,46 @@ def parse_args(argv):
                     help="do not run tools/bench/setup.sh (apt-get) first")
     ap.add_argument("--build", action="store_true",
                     help="meson compile -C build first (it is built anyway if missing)")
+    g = ap.add_argument_group(
+        "real endpoint", "measure an object store you give instead of the local rig "
+        "(measurements %s only; no setup.sh, no dataset generated unless --upload); "
+        "credentials as the mount takes them: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY"
+        "/AWS_SESSION_TOKEN or AWS_PROFILE" % ",".join(REMOTE_MEASUREMENTS))
+    g.add_argument("--endpoint", action="append", default=[], metavar="URL",
+                   help="an S3 endpoint, repeatable (all are given to bucketfs)")
+    g.add_argument("--bucket", metavar="s3://BUCKET[/PREFIX]",
+                   help="the objects to read: every file under the prefix, or the first "
+                        "--files of them in listing order")
+    g.add_argument("--upload", action="store_true",
+                   help="first PUT the RetinaNet shape under the prefix: --files (default "
+                        "2,000) objects of 322,624 random bytes, train/img_<i>_of_<N>.jpeg; "
+                        "objects already there with that size are kept")
+    g.add_argument("--region", help="the signing region (default: AWS_REGION, the profile, "
+                                    "us-east-1)")
+    g.add_argument("--ca-file", help="CA certificates for https endpoints")
     a = ap.parse_args(argv)
     q = a.quick
+    a.remote = bool(a.endpoint or a.bucket)
+    if a.remote:
+        if not a.endpoint or not a.bucket:
+            ap.error("a real endpoint needs both --endpoint and --bucket")
+        try:
+            remote.parse_bucket(a.bucket)
+        except ValueError as exc:
+            ap.error(str(exc))
+        if a.upload and not a.files:
+            a.files = 2000
+        a.peers_skip = set()
+        sel = set(a.only.split(",")) if a.only else set(REMOTE_MEASUREMENTS)
+        sel -= set(s for s in a.skip.split(",") if s)
+        bad = sel - set(REMOTE_MEASUREMENTS)
+        if bad:
+            ap.error("against a real endpoint only %s run, not %s"
+                     % (",".join(REMOTE_MEASUREMENTS), ",".join(sorted(bad))))
+        a.selected = sel
+        return a
+    if a.upload or a.region or a.ca_file:
+        ap.error("--upload, --region and --ca-file go with --endpoint and --bucket")
     a.files = a.files or (2000 if q else 20000)
     a.large_mib = a.large_mib or (256 if q else 2048)
     a.tree_fanout = a.tree_fanout or (4 if q else 6)
@@ -961,7 +1146,7 @@ def main(argv=None):
         return 0
     if os.geteuid() != 0:
         sys.exit("run.py: needs root (FUSE mounts, drop_caches, apt-get)")
-    if not a.no_setup:
+    if not a.no_setup and not a.remote:
         log("setup: tools/bench/setup.sh")
         r = subprocess.run([os.path.join(HERE, "setup.sh")], stdout=sys.stderr)
         if r.returncode:
@@ -987,9 +1172,10 @@ def main(argv=None):
     rig.clear_stale()
 
     started = datetime.datetime.now().astimezone()
-    a.stamp = started.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "")
+    a.stamp = started.strftime("%Y%m%d-%H%M%S") + ("-quick" if a.quick else "") + \
+        ("-remote" if a.remote else "")
     t0 = time.monotonic()
-    bench = Bench(a)
+    bench = RemoteBench(a) if a.remote else Bench(a)
     status = 0
     try:
         rig.snapshot_binaries()
@@ -1016,6 +1202,8 @@ def main(argv=None):
     res["params"] = {k: getattr(a, k) for k in ("quick", "files", "procs", "runs", "large_mib",
                                                 "tree_fanout", "fio_seconds", "failover_seconds",
                                                 "concurrency")}
+    if a.remote:
+        res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:
         res["problems"].append(("run", "the run stopped early (status %d); see stderr" % status))
     os.makedirs(os.path.join(a.cache_dir, "results"), exist_ok=True)
