@@ -907,7 +907,7 @@ static GError *transport_error(struct attempt *a, CURLcode rc)
 	int code;
 
 	if (a->overflow)
-		return g_error_new(BFS_ERROR, EPROTO,
+		return g_error_new(BFS_ERROR, EIO,
 				   "response body exceeds the %" G_GSIZE_FORMAT
 				   " bytes expected",
 				   a->req->body_limit);
@@ -960,7 +960,9 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 
 	if (rc != CURLE_OK) {
 		*error = transport_error(a, rc);
-		return curl_code_is_transient(rc) && !a->overflow
+		/* More bytes than asked for contradicts the request, like a
+		 * wrong Content-Range: retried (s3.h), never returned. */
+		return curl_code_is_transient(rc) || a->overflow
 			       ? HTTP_VERDICT_RETRY
 			       : HTTP_VERDICT_FAIL;
 	}

@@ -24,8 +24,18 @@ struct s3 {
 	char *bucket;
 	char *region;
 	gboolean virtual_hosted;
-	char **endpoints;	   /* NULL-terminated, immutable */
-	struct credentials *creds; /* immutable after s3_new() */
+	char **endpoints; /* NULL-terminated, immutable */
+	char *profile;	  /* for credentials_reload() */
+	gboolean anonymous;
+	GMutex creds_lock;
+	/*
+	 * Replaced when the server says they expired (ExpiredToken); the ones
+	 * replaced are kept in retired_creds until s3_free(), so a pointer
+	 * taken under the lock (call_prepare(), s3_credentials_source())
+	 * stays valid without it.
+	 */
+	struct credentials *creds; /* protected by creds_lock */
+	GPtrArray *retired_creds;  /* protected by creds_lock */
 };
 
 enum call_kind {
@@ -51,7 +61,8 @@ struct call {
 	guint64 length;
 	gboolean ranged;
 	char *if_match;
-	char *payload_sha256; /* CALL_PUT: of the body, hex */
+	const struct credentials *signed_with; /* by the last attempt */
+	char *payload_sha256;		       /* CALL_PUT: of the body, hex */
 	struct s3_object_meta meta;
 	struct s3_list_page *page; /* CALL_LIST result */
 
@@ -175,14 +186,18 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 	for (i = 0; i < call->sign_headers->len; i++)
 		g_ptr_array_add(headers, g_strdup(g_ptr_array_index(
 						 call->sign_headers, i)));
-	if (s3->creds->anonymous)
+	g_mutex_lock(&s3->creds_lock);
+	call->signed_with = s3->creds;
+	g_mutex_unlock(&s3->creds_lock);
+	if (call->signed_with->anonymous)
 		return TRUE;
 	g_ptr_array_add(call->sign_headers, NULL);
 	{
 		struct sigv4_credentials c = {
-			.access_key_id = s3->creds->access_key_id,
-			.secret_access_key = s3->creds->secret_access_key,
-			.session_token = s3->creds->session_token,
+			.access_key_id = call->signed_with->access_key_id,
+			.secret_access_key =
+				call->signed_with->secret_access_key,
+			.session_token = call->signed_with->session_token,
 		};
 		struct sigv4_request r = {
 			.method = method_of(call->kind),
@@ -238,10 +253,18 @@ static void meta_from_response(struct s3_object_meta *meta,
 		meta->size = g_ascii_strtoull(v, NULL, 10);
 }
 
+static gboolean code_is_expired(const char *code)
+{
+	return code && (!strcmp(code, "ExpiredToken") ||
+			!strcmp(code, "TokenRefreshRequired"));
+}
+
 static int errno_for(long status, const char *code)
 {
 	if (code && !strcmp(code, "RequestTimeout"))
 		return ETIMEDOUT;
+	if (code_is_expired(code))
+		return EACCES;
 	if (status == 404)
 		return ENOENT;
 	if (status == 403)
@@ -262,14 +285,31 @@ static gboolean status_is_transient(long status, const char *code)
 	return code && !strcmp(code, "RequestTimeout");
 }
 
+/*
+ * S3 gives RequestTime as the request's X-Amz-Date, "20190405T161530Z",
+ * and ServerTime as "2019-04-05T16:46:35Z": either form.
+ */
+static gboolean parse_s3_time(const char *s, gint64 *out)
+{
+	char ext[32];
+
+	if (s3_xml_parse_time(s, out))
+		return TRUE;
+	if (strlen(s) != 16 || s[8] != 'T' || s[15] != 'Z')
+		return FALSE;
+	g_snprintf(ext, sizeof(ext), "%.4s-%.2s-%.2sT%.2s:%.2s:%.2sZ", s, s + 4,
+		   s + 6, s + 9, s + 11, s + 13);
+	return s3_xml_parse_time(ext, out);
+}
+
 /* The skew an S3 RequestTimeTooSkewed error implies, in seconds. */
 static void append_skew(GString *msg, const struct s3_error_info *info)
 {
 	gint64 server, request;
 
 	if (!info->server_time || !info->request_time ||
-	    !s3_xml_parse_time(info->server_time, &server) ||
-	    !s3_xml_parse_time(info->request_time, &request))
+	    !parse_s3_time(info->server_time, &server) ||
+	    !parse_s3_time(info->request_time, &request))
 		return;
 	g_string_append_printf(msg,
 			       " [clock skew %+" G_GINT64_FORMAT
@@ -312,6 +352,35 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
 		g_string_append_printf(msg, " [server's canonical request: %s]",
 				       cr);
 	}
+}
+
+/*
+ * The server refused @used as expired: read the credentials again, unless
+ * another request already did.  TRUE when a retry will sign with other
+ * credentials.  Event thread (reads at most two small files).
+ */
+static gboolean renew_credentials(struct s3 *s3, const struct credentials *used,
+				  GError **error)
+{
+	struct credentials *fresh;
+
+	g_mutex_lock(&s3->creds_lock);
+	if (used != s3->creds) {
+		g_mutex_unlock(&s3->creds_lock);
+		return TRUE;
+	}
+	fresh = credentials_reload(s3->creds, s3->profile, s3->anonymous,
+				   error);
+	if (fresh) {
+		g_ptr_array_add(s3->retired_creds, s3->creds);
+		s3->creds = fresh;
+		log_msg(LOG_LEVEL_NOTICE,
+			"credentials expired (ExpiredToken): read them again "
+			"from %s",
+			fresh->source);
+	}
+	g_mutex_unlock(&s3->creds_lock);
+	return fresh != NULL;
 }
 
 /*
@@ -359,6 +428,17 @@ judge_error(struct call *call, const struct http_response *resp, GError **error)
 	if (rid)
 		g_string_append_printf(msg, " (RequestId: %s)", rid);
 	code = errno_for(resp->status, info.code);
+	if (code_is_expired(info.code)) {
+		g_autoptr(GError) rerr = NULL;
+		gboolean renewed =
+			renew_credentials(call->s3, call->signed_with, &rerr);
+
+		if (!renewed)
+			g_string_append_printf(msg, " [%s]", rerr->message);
+		g_set_error_literal(error, BFS_ERROR, code, msg->str);
+		s3_error_info_clear(&info);
+		return renewed ? HTTP_VERDICT_RETRY : HTTP_VERDICT_FAIL;
+	}
 	g_set_error_literal(error, BFS_ERROR, code, msg->str);
 	{
 		gboolean transient =
@@ -958,6 +1038,11 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 			goto fail;
 		}
 	}
+	s3->profile = g_strdup(cfg->profile);
+	s3->anonymous = cfg->anonymous;
+	g_mutex_init(&s3->creds_lock);
+	s3->retired_creds = g_ptr_array_new_with_free_func(
+		(GDestroyNotify)credentials_free);
 	s3->creds = credentials_load(cfg->profile, cfg->anonymous, error);
 	if (!s3->creds)
 		goto fail;
@@ -985,6 +1070,11 @@ void s3_free(struct s3 *s3)
 		return;
 	http_free(s3->http);
 	g_clear_pointer(&s3->creds, credentials_free);
+	if (s3->retired_creds) {
+		g_ptr_array_unref(s3->retired_creds);
+		g_mutex_clear(&s3->creds_lock);
+	}
+	g_free(s3->profile);
 	g_strfreev(s3->endpoints);
 	g_free(s3->bucket);
 	g_free(s3->region);
@@ -998,7 +1088,14 @@ const char *s3_bucket(const struct s3 *s3)
 
 const char *s3_credentials_source(const struct s3 *s3)
 {
-	return s3->creds->source;
+	const char *source;
+
+	/* Borrowed until s3_free(): replaced credentials are retired, not
+	 * freed. */
+	g_mutex_lock((GMutex *)&s3->creds_lock);
+	source = s3->creds->source;
+	g_mutex_unlock((GMutex *)&s3->creds_lock);
+	return source;
 }
 
 struct http *s3_get_http(struct s3 *s3)

@@ -732,6 +732,7 @@ class Authenticator:
 
     def __init__(self, keys, region, verify, anonymous_ok, clock):
         self.keys = keys                # access key -> (secret, token or None)
+        self.expired = frozenset()      # access keys whose token has expired
         self.region = region
         self.verify = verify
         self.anonymous_ok = anonymous_ok
@@ -832,7 +833,12 @@ class Authenticator:
         if date != amz_date[:8]:
             raise S3Error(malformed, "The authorization header is malformed; Invalid credential "
                           "date. Date is not the same as X-Amz-Date.")
-        if access_key not in self.keys:
+        keys = self.keys                # one snapshot: POST keys may swap it
+        if access_key in self.expired:
+            # Like STS credentials past their expiry: S3 answers 400
+            # ExpiredToken before looking at the signature.
+            raise S3Error("ExpiredToken")
+        if access_key not in keys:
             raise S3Error("InvalidAccessKeyId", extra=[("AWSAccessKeyId", access_key)])
         signed = signed_headers.split(";")
         if "host" not in signed:
@@ -855,7 +861,7 @@ class Authenticator:
         if unsigned:
             raise S3Error("AccessDenied", "There were headers present in the request which "
                           "were not signed", extra=[("HeadersNotSigned", ", ".join(unsigned))])
-        secret, expected_token = self.keys[access_key]
+        secret, expected_token = keys[access_key]
         if token != expected_token:
             raise S3Error("InvalidToken")
         canonical = self.canonical_request(req, signed_headers, payload, expires is not None)
@@ -925,7 +931,7 @@ LIST_ONLY_KINDS = frozenset(("malformed_xml", "empty_truncated", "repeat_token")
 FAULT_FIELDS = {
     "op": str, "bucket": str, "key_prefix": str, "key_regex": str, "probability": (int, float),
     "count": int, "skip": int, "kind": str, "status": int, "code": str, "message": str,
-    "seconds": (int, float), "after_bytes": int, "delta": int,
+    "seconds": (int, float), "after_bytes": int, "delta": int, "body": str,
 }
 
 
@@ -974,6 +980,9 @@ class FaultRule:
                 self.code = STATUS_DEFAULT_CODE.get(
                     self.status, "InternalError" if self.status >= 500 else "InvalidRequest")
         self.message = spec.get("message")
+        self.body = spec.get("body")
+        if self.body is not None and self.kind != "status":
+            raise ValueError("body goes with kind status only")
         self.matched = 0
         self.hits = 0
 
@@ -1259,6 +1268,13 @@ class S3App:
                     return
                 if fault.kind == "delay":
                     self.stopping.wait(fault.seconds)
+                elif fault.kind == "status" and fault.body is not None:
+                    # What a proxy or load balancer in front of S3 sends:
+                    # its own page, not S3's error XML.
+                    raw = b"" if req.command == "HEAD" else fault.body.encode()
+                    req.send(Response(fault.status, [("Content-Type", "text/html")],
+                                      len(raw), (raw,)), fault)
+                    return
                 elif fault.kind == "status":
                     raise S3Error(fault.code, fault.message, fault.status)
             body = req.read_body()
@@ -1523,7 +1539,8 @@ class S3App:
                 return json_response({
                     "endpoints": ["GET stats", "POST stats/reset", "GET faults",
                                   "POST faults[?seed=N]", "DELETE faults", "POST mutate",
-                                  "POST rescan", "GET clock", "POST clock", "GET buckets"]})
+                                  "POST rescan", "GET clock", "POST clock", "GET buckets",
+                                  "GET keys", "POST keys"]})
             if route == "stats" and method == "GET":
                 return json_response(self.stats.to_json())
             if route == "stats/reset" and method == "POST":
@@ -1542,6 +1559,8 @@ class S3App:
                 if method == "POST":
                     self.clock_offset = float((data or {}).get("offset_seconds", 0))
                 return json_response({"offset_seconds": self.clock_offset, "now": self.now()})
+            if route == "keys" and method in ("GET", "POST"):
+                return self.control_keys(method, data)
             if route == "buckets" and method == "GET":
                 return json_response([b.describe() for b in list(self.buckets.values())])
             return json_response({"error": "no such control endpoint: %s %s"
@@ -1550,6 +1569,35 @@ class S3App:
             return json_response({"error": str(exc)}, 400)
         except S3Error as exc:
             return json_response({"error": exc.message}, exc.status)
+
+    def control_keys(self, method, data):
+        """Replace the accepted credentials and/or the expired access keys.
+
+        Body: {"keys": {AK: [SK, TOKEN or null]}, "expired": [AK, ...]};
+        either may be left out to keep it.  The answer names the access
+        key ids only."""
+        auth = self.auth
+        if method == "POST":
+            if not isinstance(data, dict) or set(data) - {"keys", "expired"}:
+                raise ValueError('expected {"keys": {AK: [SK, TOKEN]}, "expired": [AK]}')
+            keys = data.get("keys")
+            if keys is not None:
+                parsed = {}
+                for ak, value in keys.items():
+                    if (not ak or not isinstance(value, list) or len(value) != 2
+                            or not isinstance(value[0], str) or not value[0]
+                            or not isinstance(value[1], (str, type(None)))):
+                        raise ValueError("keys: expected AK: [SK, TOKEN or null]")
+                    parsed[ak] = (value[0], value[1])
+                if not parsed:
+                    raise ValueError("keys: at least one key")
+                auth.keys = parsed
+            expired = data.get("expired")
+            if expired is not None:
+                if not isinstance(expired, list) or not all(isinstance(x, str) for x in expired):
+                    raise ValueError("expired: expected a list of access key ids")
+                auth.expired = frozenset(expired)
+        return json_response({"keys": sorted(auth.keys), "expired": sorted(auth.expired)})
 
     def control_faults(self, req, method, data):
         if method == "GET":

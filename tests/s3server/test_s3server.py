@@ -991,6 +991,32 @@ class TestAuth(ServerTest):
         r = self.c.get("files", "empty", after_sign=lambda h: h.pop("X-Amz-Date"))
         self.assertError(r, 403, "AccessDenied")
 
+    def test_keys_swapped_and_expired(self):
+        self.assertEqual(self.c.get("files", "empty").status, 200)
+        try:
+            status, body = SRV.control("POST", "keys", {"keys": {"new-ak": ["new-sk", "tok"]},
+                                                        "expired": [AK]})
+            self.assertEqual(status, 200)
+            self.assertEqual(body, {"keys": ["new-ak"], "expired": [AK]})
+            # The old key: 400 ExpiredToken, whatever the signature.
+            self.assertError(self.c.get("files", "empty"), 400, "ExpiredToken")
+            self.assertError(self.c.get("files", "empty", creds=Credentials(AK, "x")), 400,
+                             "ExpiredToken")
+            fresh = S3Client(SRV.port, "new-ak", "new-sk", "tok")
+            self.assertEqual(fresh.get("files", "empty").status, 200)
+            fresh.close()
+            self.assertError(self.c.get("files", "empty", creds=Credentials("new-ak", "new-sk")),
+                             403, "InvalidToken")
+            for bad in ({"keys": {}}, {"keys": {"a": ["s"]}}, {"expired": "x"}, {"bogus": 1},
+                        {"keys": {"a": ["", None]}}):
+                with self.subTest(bad=bad):
+                    self.assertEqual(SRV.control("POST", "keys", bad)[0], 400)
+        finally:
+            SRV.control("POST", "keys", {"keys": {AK: [SK, None], TOKEN_AK: [TOKEN_SK, TOKEN]},
+                                         "expired": []})
+        self.assertEqual(self.c.get("files", "empty").status, 200)
+        self.assertEqual(SRV.control("GET", "keys")[1]["expired"], [])
+
     def test_presigned(self):
         url = "http://127.0.0.1:%d/files/sub/dir/data.bin" % SRV.port
         req = AWSRequest(method="GET", url=url)
@@ -1045,6 +1071,16 @@ class TestFaults(ServerTest):
         SRV.faults([{"kind": "status", "code": "ExpiredToken", "message": "gone"}])
         err = self.assertError(self.c.get("syn", self.KEY), 400, "ExpiredToken")
         self.assertEqual(err["Message"], "gone")
+
+    def test_status_with_raw_body(self):
+        page = "<html><body><h1>502 Bad Gateway</h1></body></html>"
+        SRV.faults([{"op": "GET", "kind": "status", "status": 502, "body": page, "count": 1}])
+        r = self.c.get("syn", self.KEY)
+        self.assertEqual((r.status, r.body), (502, page.encode()))
+        self.assertEqual(r.headers["content-type"], "text/html")
+        self.assertEqual(self.c.get("syn", self.KEY).status, 200)
+        status, _ = SRV.control("POST", "faults", [{"kind": "delay", "body": "x"}])
+        self.assertEqual(status, 400)
 
     def test_delay(self):
         SRV.faults([{"kind": "delay", "seconds": 0.5}])

@@ -526,6 +526,93 @@ static void test_region(struct fixture *f, gconstpointer data)
 	g_assert_error(error, BFS_ERROR, EINVAL);
 }
 
+/* The reload on ExpiredToken: new keys from the rewritten file, a clear
+ * EACCES when nothing was renewed, and no secret in any message. */
+static void test_reload(struct fixture *f, gconstpointer data)
+{
+	g_autofree char *source = NULL;
+	g_autofree char *want = NULL;
+	g_autoptr(GError) error = NULL;
+	struct credentials *old, *fresh;
+
+	(void)data;
+	write_file(f->cred_path, "[default]\naws_access_key_id = ASIAOLD\n"
+				 "aws_secret_access_key = s3cr3tOLD\n"
+				 "aws_session_token = t0k3nOLD\n");
+	old = load_ok(NULL);
+
+	/* Nothing renewed yet. */
+	fresh = credentials_reload(old, NULL, FALSE, &error);
+	g_assert_null(fresh);
+	g_assert_error(error, BFS_ERROR, EACCES);
+	source = g_strdup_printf("profile 'default' in %s", f->cred_path);
+	want = g_strdup_printf(
+		"the credentials from %s expired and it still holds the same "
+		"ones: renew them there (new aws_access_key_id, "
+		"aws_secret_access_key and aws_session_token); bucketfs reads "
+		"it again at the next ExpiredToken",
+		source);
+	g_assert_cmpstr(error->message, ==, want);
+	g_clear_error(&error);
+
+	/* Only the token renewed is enough. */
+	write_file(f->cred_path, "[default]\naws_access_key_id = ASIAOLD\n"
+				 "aws_secret_access_key = s3cr3tOLD\n"
+				 "aws_session_token = t0k3nNEW\n");
+	fresh = credentials_reload(old, NULL, FALSE, &error);
+	g_assert_no_error(error);
+	g_assert_cmpstr(fresh->session_token, ==, "t0k3nNEW");
+	g_assert_false(credentials_equal(old, fresh));
+	credentials_free(fresh);
+
+	/* All three renewed. */
+	write_file(f->cred_path, "[default]\naws_access_key_id = ASIANEW\n"
+				 "aws_secret_access_key = s3cr3tNEW\n"
+				 "aws_session_token = t0k3nNEW2\n");
+	fresh = credentials_reload(old, NULL, FALSE, &error);
+	g_assert_no_error(error);
+	g_assert_cmpstr(fresh->access_key_id, ==, "ASIANEW");
+	g_assert_cmpstr(fresh->secret_access_key, ==, "s3cr3tNEW");
+	g_assert_cmpstr(fresh->source, ==, source);
+	g_assert_true(credentials_equal(fresh, fresh));
+	credentials_free(fresh);
+
+	/* A file broken while being rewritten: the load's own error. */
+	write_file(f->cred_path, "[default]\naws_access_key_id = ASIANEW\n");
+	fresh = credentials_reload(old, NULL, FALSE, &error);
+	g_assert_null(fresh);
+	g_assert_error(error, BFS_ERROR, EINVAL);
+	g_assert_true(g_str_has_prefix(error->message,
+				       "reading the credentials again: "));
+	g_assert_null(strstr(error->message, "s3cr3t"));
+	g_assert_null(strstr(error->message, "t0k3n"));
+	g_clear_error(&error);
+	credentials_free(old);
+
+	/* The environment cannot change under a running process. */
+	g_setenv("AWS_ACCESS_KEY_ID", "ASIAENV", TRUE);
+	g_setenv("AWS_SECRET_ACCESS_KEY", "s3cr3tENV", TRUE);
+	g_setenv("AWS_SESSION_TOKEN", "t0k3nENV", TRUE);
+	old = load_ok(NULL);
+	fresh = credentials_reload(old, NULL, FALSE, &error);
+	g_assert_null(fresh);
+	g_assert_error(error, BFS_ERROR, EACCES);
+	g_assert_nonnull(strstr(error->message, "cannot see a changed "
+						"environment"));
+	g_assert_null(strstr(error->message, "s3cr3t"));
+	g_assert_null(strstr(error->message, "t0k3n"));
+	g_clear_error(&error);
+	credentials_free(old);
+
+	/* Anonymous: nothing to renew. */
+	old = credentials_load(NULL, TRUE, &error);
+	g_assert_no_error(error);
+	fresh = credentials_reload(old, NULL, TRUE, &error);
+	g_assert_null(fresh);
+	g_assert_error(error, BFS_ERROR, EACCES);
+	credentials_free(old);
+}
+
 int main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
@@ -546,6 +633,7 @@ int main(int argc, char **argv)
 	ADD("file-errors", test_file_errors);
 	ADD("large-file-ok", test_large_file_ok);
 	ADD("region", test_region);
+	ADD("reload", test_reload);
 #undef ADD
 
 	return g_test_run();
