@@ -70,6 +70,37 @@ class ReadaheadTest(unittest.TestCase):
     def stats(self, m):
         return json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
 
+    def test_page_cache_bypass_and_mmap(self):
+        """direct_io=small (default): files fetched whole skip the page
+        cache, so MAP_SHARED gives ENODEV and MAP_PRIVATE works; large
+        files keep the cache and map shared; direct_io=none maps all."""
+        import mmap
+
+        def mapped(path, flags):
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                with mmap.mmap(f.fileno(), size, flags=flags,
+                               prot=mmap.PROT_READ) as mm:
+                    return mm[:]
+
+        m = self.mount()
+        small = m.path("mid.bin")
+        with self.assertRaises(OSError) as cm:
+            mapped(small, mmap.MAP_SHARED)
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+        self.assertEqual(mapped(small, mmap.MAP_PRIVATE), self.mid)
+        self.assertEqual(mapped(m.path("big.bin"), mmap.MAP_SHARED),
+                         self.big)
+        m.unmount()
+        self.mounts.remove(m)
+        m = self.mount("direct_io=none")
+        self.assertEqual(mapped(m.path("mid.bin"), mmap.MAP_SHARED), self.mid)
+        m.unmount()
+        self.mounts.remove(m)
+        with self.assertRaises(RuntimeError) as cm:
+            self.mount("direct_io=sometimes")
+        self.assertIn("option 'direct_io': 'sometimes' is not", str(cm.exception))
+
     def test_small_object_is_one_get(self):
         m = self.mount()
         before = self.gets()
