@@ -408,7 +408,9 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 	if (n->data || truncate) {
 		if (!n->data)
 			n->data = g_byte_array_new();
-		if (truncate && n->data->len) {
+		/* Emptied: S3 gets the empty file at close, even when the
+		 * old bytes were never fetched. */
+		if (truncate && (n->data->len || n->size)) {
 			g_byte_array_set_size(n->data, 0);
 			n->size = 0;
 			n->version++;

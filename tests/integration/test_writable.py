@@ -177,6 +177,15 @@ class WritableTest(unittest.TestCase):
             self.assertEqual(f.read(), b"a" * 100 + b"B" * 10 + b"a" * 490)
         os.truncate(p, 50)
         self.assertEqual(os.stat(p).st_size, 50)
+        # Another host truncates it by opening with O_TRUNC, without
+        # ever having read it.
+        other = self.mount("limits-b", "writable")
+        with open(other.path(".made-elsewhere"), "wb") as f:
+            f.write(b"12345")
+        with open(m.path(".made-elsewhere"), "wb") as f:
+            pass
+        self.assertEqual(self.s3_get(".made-elsewhere"), b"")
+        os.unlink(m.path(".made-elsewhere"))
         self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
         with self.assertRaises(OSError) as cm:
             with open(p, "ab") as f:
