@@ -892,6 +892,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	rc = rc == 0 || rc == SIGTERM || rc == SIGINT ? 0 : 1;
 	fuse_loop_cfg_destroy(lc);
 	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
+	fs_stop(fs);
 out_unmount:
 	fuse_session_unmount(se);
 out_handlers:

@@ -42,6 +42,7 @@ struct fs {
 	GMutex lock;
 	struct gen *current; /* protected by lock */
 	GHashTable *gens;    /* protected by lock: number -> struct gen */
+	GHashTable *handles; /* protected by lock: open struct handle set */
 	guint64 next_gen;    /* protected by lock */
 	/* Listing-order detection, protected by lock. */
 	struct index *last_idx; /* not a reference: compared only */
@@ -622,7 +623,20 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 /* -- files -------------------------------------------------------------- */
 
-static void handle_free(struct handle *h)
+/* A new open file, counted so that fs_stop() can close what the kernel
+ * never released. */
+static struct handle *handle_new(struct fs *fs, char *key)
+{
+	struct handle *h = g_new0(struct handle, 1);
+
+	h->key = key;
+	g_mutex_lock(&fs->lock);
+	g_hash_table_add(fs->handles, h);
+	g_mutex_unlock(&fs->lock);
+	return h;
+}
+
+static void handle_destroy(struct handle *h)
 {
 	if (h->of)
 		overlay_release(h->of);
@@ -630,6 +644,14 @@ static void handle_free(struct handle *h)
 		readahead_release(h->rf);
 	g_free(h->key);
 	g_free(h);
+}
+
+static void handle_free(struct fs *fs, struct handle *h)
+{
+	g_mutex_lock(&fs->lock);
+	g_hash_table_remove(fs->handles, h);
+	g_mutex_unlock(&fs->lock);
+	handle_destroy(h);
 }
 
 /* Announces file @id of @idx to the readahead engine. */
@@ -702,9 +724,8 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 			  const char *key, struct fuse_file_info *fi,
 			  const struct ov_attr *created)
 {
-	struct handle *h = g_new0(struct handle, 1);
+	struct handle *h = handle_new(fs, g_strdup(key));
 
-	h->key = g_strdup(key);
 	h->of = of;
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
@@ -718,10 +739,10 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 		ov_fill_stat(created, &e.attr);
 		if (fuse_reply_create(req, &e, fi) != 0) {
 			overlay_forget(fs->ov, created->node, 1);
-			handle_free(h);
+			handle_free(fs, h);
 		}
 	} else if (fuse_reply_open(req, fi) != 0) {
-		handle_free(h);
+		handle_free(fs, h);
 	}
 }
 
@@ -771,8 +792,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		goto out;
 	}
-	h = g_new0(struct handle, 1);
-	h->key = index_key(idx, id);
+	h = handle_new(fs, index_key(idx, id));
 	{
 		g_autofree char *etag = index_etag(idx, id);
 
@@ -786,7 +806,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->keep_cache = !fi->direct_io && is_current(fs, ino);
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) != 0)
-		handle_free(h);
+		handle_free(fs, h);
 out:
 	index_unref(idx);
 }
@@ -888,7 +908,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino,
 		       struct fuse_file_info *fi)
 {
 	(void)ino;
-	handle_free((struct handle *)(uintptr_t)fi->fh);
+	handle_free(data(req), (struct handle *)(uintptr_t)fi->fh);
 	fuse_reply_err(req, 0);
 }
 
@@ -1343,6 +1363,7 @@ struct fs *fs_new(const struct fs_options *opts)
 	g_mutex_init(&fs->lock);
 	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					 gen_free);
+	fs->handles = g_hash_table_new(NULL, NULL);
 	return fs;
 }
 
@@ -1390,16 +1411,48 @@ void fs_set_session(struct fs *fs, struct fuse_session *se)
 	fs->se = se;
 }
 
+void fs_stop(struct fs *fs)
+{
+	GList *open, *l;
+
+	if (!fs->s3)
+		return;
+	log_summary(fs);
+	g_mutex_lock(&fs->lock);
+	open = g_hash_table_get_keys(fs->handles);
+	g_hash_table_steal_all(fs->handles);
+	g_mutex_unlock(&fs->lock);
+	/* Written files still open are uploaded now, or logged as lost. */
+	for (l = open; l; l = l->next) {
+		struct handle *h = l->data;
+
+		if (h->of) {
+			overlay_release(h->of);
+			h->of = NULL;
+		}
+	}
+	g_clear_pointer(&fs->ov, overlay_free);
+	/* Reads in flight are answered (cancelled) while the kernel still
+	 * listens, before their buffers go. */
+	g_clear_pointer(&fs->s3, s3_free);
+	for (l = open; l; l = l->next) {
+		struct handle *h = l->data;
+
+		if (h->rf)
+			readahead_release(h->rf);
+		g_free(h->key);
+		g_free(h);
+	}
+	g_list_free(open);
+	g_clear_pointer(&fs->ra, readahead_free);
+}
+
 void fs_free(struct fs *fs)
 {
 	if (!fs)
 		return;
-	if (fs->s3)
-		log_summary(fs);
-	overlay_free(fs->ov);
-	/* In-flight GETs end (cancelled) before their buffers go. */
-	s3_free(fs->s3);
-	readahead_free(fs->ra);
+	fs_stop(fs);
+	g_hash_table_unref(fs->handles);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);

@@ -59,7 +59,15 @@ void fs_set_s3(struct fs *fs, struct s3 *s3);
 /* The session, for cache invalidations.  Before the loop runs. */
 void fs_set_session(struct fs *fs, struct fuse_session *se);
 
-/* Frees; every request must have been answered.  Main thread. */
+/*
+ * After the session loop: logs the counters, uploads written files left
+ * open, answers reads still in flight (cancelled) while the channel is
+ * still open, and closes the files the kernel never released.  Main
+ * thread; before fuse_session_unmount().
+ */
+void fs_stop(struct fs *fs);
+
+/* Frees (stopping first if needed).  Main thread. */
 void fs_free(struct fs *fs);
 
 /*

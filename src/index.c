@@ -10,6 +10,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1928,13 +1929,79 @@ static int stream_file_open(const char *path, GError **error)
 		set_errno_error(error, err, path, "creating the stream file");
 		return -1;
 	}
-	if (unlink(tmpl) < 0) {
+	if (unlink(tmpl) < 0 && errno != ENOENT) {
 		err = errno;
 		close(fd);
 		set_errno_error(error, err, path, "unlinking the stream file");
 		return -1;
 	}
 	return fd;
+}
+
+/*
+ * Whether @name is a temporary file of a build of the index called @base:
+ * ".BASE.tmp-XXXXXX" (the final file being written), ".BASE.stream-XXXXXX"
+ * (the key stream, unlinked as soon as it is made) or ".BASE.spool-XXXXXX"
+ * (the lister's spools where O_TMPFILE is missing).
+ */
+static gboolean is_build_temp(const char *name, const char *base)
+{
+	static const char *const kinds[] = { ".tmp-", ".stream-", ".spool-" };
+	gsize blen = strlen(base);
+
+	if (name[0] != '.' || strncmp(name + 1, base, blen) != 0)
+		return FALSE;
+	name += 1 + blen;
+	for (guint i = 0; i < G_N_ELEMENTS(kinds); i++) {
+		gsize klen = strlen(kinds[i]);
+
+		if (!strncmp(name, kinds[i], klen) && strlen(name + klen) == 6)
+			return TRUE;
+	}
+	return FALSE;
+}
+
+/*
+ * Removes the temporary files that builds killed mid-way (SIGKILL, a
+ * crash, a power cut) left beside @path.  A live build holds an flock on
+ * its temporary file, so only the dead ones can be locked here; the inode
+ * is checked again under the lock, so a file renamed into place meanwhile
+ * is never touched.
+ */
+static void remove_stale_temps(const char *path)
+{
+	g_autofree char *dir = g_path_get_dirname(path);
+	g_autofree char *base = g_path_get_basename(path);
+	GDir *d = g_dir_open(dir, 0, NULL);
+	const char *name;
+
+	if (!d)
+		return;
+	while ((name = g_dir_read_name(d))) {
+		g_autofree char *p = NULL;
+		struct stat a, b;
+		int fd;
+
+		if (!is_build_temp(name, base))
+			continue;
+		p = g_build_filename(dir, name, NULL);
+		fd = open(p, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &a) == 0 && S_ISREG(a.st_mode) &&
+		    flock(fd, LOCK_EX | LOCK_NB) == 0 && lstat(p, &b) == 0 &&
+		    a.st_dev == b.st_dev && a.st_ino == b.st_ino &&
+		    unlink(p) == 0) {
+			g_autofree char *shown = log_escape(p, -1);
+
+			log_msg(LOG_LEVEL_NOTICE,
+				"index: removed %s, left by an interrupted "
+				"build",
+				shown);
+		}
+		close(fd);
+	}
+	g_dir_close(d);
 }
 
 struct index_writer *index_writer_new(const char *path, const char *bucket,
@@ -1966,6 +2033,7 @@ struct index_writer *index_writer_new(const char *path, const char *bucket,
 		set_errno_error(error, err, path, "creating its directory");
 		return NULL;
 	}
+	remove_stale_temps(path);
 	sfd = stream_file_open(path, error);
 	if (sfd < 0)
 		return NULL;
@@ -2312,19 +2380,47 @@ static gboolean layout_header(struct layout *l, GError **error)
 	return TRUE;
 }
 
+/*
+ * A new temporary file beside the index, locked (flock) for as long as it
+ * is open so that remove_stale_temps() in another build leaves it alone.
+ * Sets w->tmp_path; returns the descriptor or -1 with errno set.
+ */
+static int temp_create(struct index_writer *w)
+{
+	g_autofree char *dir = g_path_get_dirname(w->path);
+	g_autofree char *base = g_path_get_basename(w->path);
+
+	for (int tries = 0; tries < 8; tries++) {
+		struct stat st;
+		int fd, err;
+
+		g_free(w->tmp_path);
+		w->tmp_path = g_strdup_printf("%s/.%s.tmp-XXXXXX", dir, base);
+		fd = g_mkstemp_full(w->tmp_path, O_RDWR | O_CLOEXEC, 0600);
+		if (fd < 0)
+			break;
+		/* A cleaner may have taken it between mkstemp and flock:
+		 * then it is locked, or already unlinked; take another. */
+		if (flock(fd, LOCK_EX | LOCK_NB) == 0 && fstat(fd, &st) == 0 &&
+		    st.st_nlink > 0)
+			return fd;
+		err = errno;
+		close(fd);
+		errno = err;
+	}
+	g_clear_pointer(&w->tmp_path, g_free);
+	return -1;
+}
+
 /* Creates the final file under a temporary name, at its full size. */
 static gboolean layout_create(struct layout *l, GError **error)
 {
 	struct index_writer *w = l->w;
-	g_autofree char *dir = g_path_get_dirname(w->path);
-	g_autofree char *base = g_path_get_basename(w->path);
 	int err;
 
-	w->tmp_path = g_strdup_printf("%s/.%s.tmp-XXXXXX", dir, base);
-	l->fd = g_mkstemp_full(w->tmp_path, O_RDWR | O_CLOEXEC, 0600);
+	l->fd = temp_create(w);
 	if (l->fd < 0) {
-		err = errno;
-		g_clear_pointer(&w->tmp_path, g_free);
+		err = errno ? errno : EEXIST;
 		return writer_fail(w, err, "creating the temporary file",
 				   error);
 	}
@@ -2370,15 +2466,16 @@ static gboolean layout_finish(struct layout *l, GError **error)
 		close(fd);
 		return writer_fail(w, err, "fsync", error);
 	}
-	if (close(fd) < 0) {
-		err = errno;
-		return writer_fail(w, err, "close", error);
-	}
+	/* Renamed while still open, so still locked: see temp_create(). */
 	if (rename(w->tmp_path, w->path) < 0) {
 		err = errno;
+		close(fd);
 		return writer_fail(w, err, "renaming into place", error);
 	}
 	g_clear_pointer(&w->tmp_path, g_free);
+	if (close(fd) < 0)
+		log_msg(LOG_LEVEL_WARNING, "index %s: close: %s", w->shown,
+			g_strerror(errno));
 	fsync_dir(w->path);
 	return TRUE;
 }

@@ -242,10 +242,13 @@ struct index_writer;
  * with '/'; NULL means "") to be committed at @path.  Creates the missing
  * directories of @path with mode 0700 and a temporary stream file beside
  * @path, which is unlinked at once (so nothing is left behind even by a
- * crash).  Memory stays bounded whatever the number of keys: they stream to
- * that file.  Returns the writer (free with index_writer_free()) or NULL
- * with @error: EINVAL for a bad bucket or prefix, or the errno of mkdir or
- * open.  One thread at a time.
+ * crash).  First removes the temporary files of builds of @path that were
+ * killed mid-way (".NAME.tmp-*", ".NAME.stream-*", ".NAME.spool-*" that no
+ * live build holds an flock on), logging each.  Memory stays bounded
+ * whatever the number of keys: they stream to that file.  Returns the
+ * writer (free with index_writer_free()) or NULL with @error: EINVAL for a
+ * bad bucket or prefix, or the errno of mkdir or open.  One thread at a
+ * time.
  */
 struct index_writer *index_writer_new(const char *path, const char *bucket,
 				      const char *prefix, GError **error);
@@ -268,8 +271,9 @@ gboolean index_writer_add(struct index_writer *w, const char *key, guint64 size,
 
 /*
  * Lays the index out (one sequential pass per depth of the tree), writes
- * it with checksums to a temporary file beside the path (mode 0600),
- * fsyncs it, renames it over the path and fsyncs the directory.  Fills
+ * it with checksums to a temporary file beside the path (mode 0600, held
+ * under an flock until renamed), fsyncs it, renames it over the path and
+ * fsyncs the directory.  Fills
  * *@stats if not NULL.  On failure nothing at the path has changed (an old
  * index stays in place), the temporary file is removed, and @error says
  * why, with the path: e.g. ENOSPC when the disk is full.  Call once; then

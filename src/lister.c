@@ -23,6 +23,7 @@
 #define MAX_WORKERS	 32
 #define PROBES_PER_SPLIT 24
 #define TICK_US		 (500 * 1000)
+#define PROBE_PAGES	 8
 
 struct range {
 	char *after;   /* exclusive start, NULL = the prefix's start */
@@ -36,6 +37,7 @@ struct job {
 	struct s3 *s3;
 	const char *prefix;
 	char *spool_dir;
+	char *base; /* the index file's name */
 	guint page_size;
 	GPtrArray *ranges; /* of struct range *, fixed once workers run */
 
@@ -68,17 +70,35 @@ static struct range *range_new(const char *after, const char *upto)
 	return r;
 }
 
-/* An unlinked temporary file beside the index (not /tmp: often RAM). */
-static FILE *spool_open(const char *dir, GError **error)
+/*
+ * An unlinked temporary file beside the index (not /tmp: often RAM).  On a
+ * filesystem without O_TMPFILE, a named one unlinked at once; a crash in
+ * between leaves ".NAME.spool-XXXXXX", which index_writer_new() removes.
+ */
+static FILE *spool_open(struct job *job, GError **error)
 {
-	int fd = open(dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+	int fd = open(job->spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 	FILE *f;
 
+	if (fd < 0 &&
+	    (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+		g_autofree char *tmpl = g_strdup_printf(
+			"%s/.%s.spool-XXXXXX", job->spool_dir, job->base);
+
+		fd = g_mkstemp_full(tmpl, O_RDWR | O_CLOEXEC, 0600);
+		if (fd >= 0 && unlink(tmpl) < 0 && errno != ENOENT) {
+			int e = errno;
+
+			close(fd);
+			errno = e;
+			fd = -1;
+		}
+	}
 	if (fd < 0) {
 		int e = errno;
 
 		g_set_error(error, BFS_ERROR, e, "temporary file in %s: %s",
-			    dir, g_strerror(e));
+			    job->spool_dir, g_strerror(e));
 		return NULL;
 	}
 	f = fdopen(fd, "w+");
@@ -160,7 +180,12 @@ static char *midpoint(const char *lo, const char *hi)
 	return g_string_free(s, FALSE);
 }
 
-/* The first key after @after under the prefix, or NULL (none, or error). */
+/*
+ * The first key after @after under the prefix, or NULL (none, or error).
+ * An empty page that is still truncated is legal S3: follow its token, a
+ * few pages at most (a probe only guides the cut, it never decides what
+ * is listed, so giving up early costs balance, not keys).
+ */
 static char *probe(struct job *job, const char *after, GError **error)
 {
 	struct s3_list_args a = {
@@ -169,14 +194,72 @@ static char *probe(struct job *job, const char *after, GError **error)
 		.max_keys = 1,
 		.endpoint = -1,
 	};
-	g_autoptr(s3_list_page) page = NULL;
-	struct s3_object *o;
+	g_autofree char *token = NULL;
+	guint i;
 
-	page = s3_list(job->s3, &a, NULL, error);
-	if (!page || !page->objects->len)
+	for (i = 0; i < PROBE_PAGES; i++) {
+		g_autoptr(s3_list_page) page = NULL;
+		struct s3_object *o;
+
+		a.continuation_token = token;
+		page = s3_list(job->s3, &a, NULL, error);
+		if (!page)
+			return NULL;
+		if (page->objects->len) {
+			o = g_ptr_array_index(page->objects, 0);
+			return g_strdup(o->key);
+		}
+		if (!page->is_truncated || !page->next_continuation_token ||
+		    g_strcmp0(token, page->next_continuation_token) == 0)
+			return NULL;
+		g_free(token);
+		token = g_strdup(page->next_continuation_token);
+	}
+	return NULL;
+}
+
+/* The smallest string above every string that starts with @p[0..@n). */
+static char *prefix_successor(const char *p, gsize n)
+{
+	while (n > 0 && (guchar)p[n - 1] == 0xff)
+		n--;
+	if (!n)
 		return NULL;
-	o = g_ptr_array_index(page->objects, 0);
-	return g_strdup(o->key);
+	{
+		char *s = g_strndup(p, n);
+
+		s[n - 1] = (char)((guchar)s[n - 1] + 1);
+		return s;
+	}
+}
+
+/*
+ * An upper bound for an open-ended range (after, end] whose first key is
+ * @first: the successor of the longest prefix of @first that every key of
+ * the range shares (found by bisecting on its length, a probe per step),
+ * or NULL when they share nothing.  Without it the midpoints start at the
+ * top of the key space and 24 probes never get down to where keys like
+ * "train/img_0001" and "train/img_9999" differ.
+ */
+static char *open_bound(struct job *job, const char *first, GError **error)
+{
+	gsize lo = 0, hi = strlen(first) + 1;
+
+	while (hi - lo > 1) {
+		gsize mid = lo + (hi - lo) / 2;
+		g_autofree char *succ = prefix_successor(first, mid);
+		g_autofree char *k = NULL;
+
+		if (succ)
+			k = probe(job, succ, error);
+		if (error && *error)
+			return NULL;
+		if (succ && !k)
+			lo = mid; /* nothing beyond: all share first[0..mid) */
+		else
+			hi = mid;
+	}
+	return lo ? prefix_successor(first, lo) : NULL;
 }
 
 /*
@@ -187,10 +270,13 @@ static char *probe(struct job *job, const char *after, GError **error)
 static char *find_cut(struct job *job, const struct range *r, GError **error)
 {
 	g_autofree char *first = probe(job, r->after, error);
-	g_autofree char *hi = g_strdup(r->upto);
+	g_autofree char *hi = NULL;
 	guint i;
 
 	if (!first || (r->upto && strcmp(first, r->upto) > 0))
+		return NULL;
+	hi = r->upto ? g_strdup(r->upto) : open_bound(job, first, error);
+	if (error && *error)
 		return NULL;
 	for (i = 0; i < PROBES_PER_SPLIT; i++) {
 		g_autofree char *mid = midpoint(first, hi);
@@ -244,6 +330,40 @@ static gboolean split_ranges(struct job *job, guint want, GError **error)
 
 /* -- listing a range ---------------------------------------------------- */
 
+static gboolean spool_error(GError **error)
+{
+	int e = errno ? errno : EIO;
+
+	g_set_error(error, BFS_ERROR, e, "writing the listing spool: %s",
+		    g_strerror(e));
+	return FALSE;
+}
+
+/*
+ * Whether the truncated @page's token may be followed: it must exist and
+ * be new in this listing (@seen holds the earlier ones), or the server is
+ * looping and would never end.
+ */
+static gboolean next_token_ok(GHashTable *seen, const s3_list_page *page,
+			      GError **error)
+{
+	g_autofree char *t = NULL;
+
+	if (!page->next_continuation_token) {
+		g_set_error(error, BFS_ERROR, EPROTO,
+			    "truncated page without NextContinuationToken");
+		return FALSE;
+	}
+	if (g_hash_table_add(seen, g_strdup(page->next_continuation_token)))
+		return TRUE;
+	t = log_escape(page->next_continuation_token, -1);
+	g_set_error(error, BFS_ERROR, EPROTO,
+		    "continuation token '%s' repeats after %u pages: the "
+		    "server is looping, stopping",
+		    t, g_hash_table_size(seen));
+	return FALSE;
+}
+
 static gboolean list_range(struct job *job, struct range *r, GError **error)
 {
 	struct s3_list_args a = {
@@ -252,9 +372,11 @@ static gboolean list_range(struct job *job, struct range *r, GError **error)
 		.max_keys = job->page_size,
 		.endpoint = -1,
 	};
+	g_autoptr(GHashTable) seen =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_autofree char *token = NULL;
 
-	r->spool = spool_open(job->spool_dir, error);
+	r->spool = spool_open(job, error);
 	if (!r->spool)
 		return FALSE;
 	for (;;) {
@@ -272,23 +394,14 @@ static gboolean list_range(struct job *job, struct range *r, GError **error)
 
 			if (r->upto && strcmp(o->key, r->upto) > 0)
 				return TRUE;
-			if (!spool_put(r->spool, o)) {
-				g_set_error(error, BFS_ERROR, errno,
-					    "writing the listing spool: %s",
-					    g_strerror(errno));
-				return FALSE;
-			}
+			if (!spool_put(r->spool, o))
+				return spool_error(error);
 		}
 		g_atomic_pointer_add(&job->keys, page->objects->len);
 		if (!page->is_truncated)
 			return TRUE;
-		if (!page->next_continuation_token ||
-		    g_strcmp0(token, page->next_continuation_token) == 0) {
-			g_set_error(error, BFS_ERROR, EPROTO,
-				    "truncated page with %s continuation token",
-				    token ? "a repeated" : "no");
+		if (!next_token_ok(seen, page, error))
 			return FALSE;
-		}
 		g_free(token);
 		token = g_strdup(page->next_continuation_token);
 	}
@@ -397,7 +510,9 @@ static void range_prefix_error(struct job *job, guint i, GError **error)
 
 /*
  * The first range is listed alone: a small bucket is done in one page,
- * with no probing.  A larger one is split after that page's last key.
+ * with no probing.  A larger one is split after the last key of its first
+ * non-empty page (empty pages that are still truncated are legal S3, and
+ * are followed).
  */
 static gboolean plan(struct job *job, guint workers, GError **error)
 {
@@ -407,23 +522,43 @@ static gboolean plan(struct job *job, guint workers, GError **error)
 		.max_keys = job->page_size,
 		.endpoint = -1,
 	};
+	g_autoptr(GHashTable) seen =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_autoptr(s3_list_page) page = NULL;
 	struct s3_object *last;
 	guint i;
 
 	g_ptr_array_add(job->ranges, first);
-	first->spool = spool_open(job->spool_dir, error);
+	first->spool = spool_open(job, error);
 	if (!first->spool)
 		return FALSE;
-	page = s3_list(job->s3, &a, NULL, error);
-	if (!page)
-		return FALSE;
-	g_atomic_int_add(&job->pages, 1);
-	for (i = 0; i < page->objects->len; i++)
-		spool_put(first->spool, g_ptr_array_index(page->objects, i));
+	for (;;) {
+		a.continuation_token =
+			page ? page->next_continuation_token : NULL;
+		{
+			s3_list_page *next = s3_list(job->s3, &a, NULL, error);
+
+			g_clear_pointer(&page, s3_list_page_free);
+			page = next;
+		}
+		if (!page)
+			return FALSE;
+		g_atomic_int_add(&job->pages, 1);
+		if (page->objects->len || !page->is_truncated)
+			break;
+		if (!next_token_ok(seen, page, error))
+			return FALSE;
+	}
+	for (i = 0; i < page->objects->len; i++) {
+		if (!spool_put(first->spool,
+			       g_ptr_array_index(page->objects, i))) {
+			spool_error(error);
+			return FALSE;
+		}
+	}
 	g_atomic_pointer_add(&job->keys, page->objects->len);
 	first->done = TRUE;
-	if (!page->is_truncated || !page->objects->len)
+	if (!page->is_truncated)
 		return TRUE;
 	last = g_ptr_array_index(page->objects, page->objects->len - 1);
 	first->upto = g_strdup(last->key);
@@ -469,6 +604,7 @@ gboolean lister_build(struct s3 *s3, const char *prefix, const char *path,
 	job.prefix = prefix ? prefix : "";
 	job.page_size = opts && opts->page_size ? opts->page_size : 1000;
 	job.spool_dir = g_path_get_dirname(path);
+	job.base = g_path_get_basename(path);
 	job.ranges = g_ptr_array_new_with_free_func(range_free);
 	g_mutex_init(&job.lock);
 	g_cond_init(&job.cond);
@@ -514,5 +650,6 @@ out:
 	g_mutex_clear(&job.lock);
 	g_cond_clear(&job.cond);
 	g_free(job.spool_dir);
+	g_free(job.base);
 	return ok;
 }

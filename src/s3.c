@@ -569,7 +569,9 @@ static enum http_verdict call_judge(const struct http_response *resp,
 			g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s",
 				    perr->message, rid ? " (RequestId: " : "",
 				    rid ? rid : "", rid ? ")" : "");
-			return HTTP_VERDICT_FAIL;
+			/* A page cut short on the way is worth another try;
+			 * one that is always broken ends as EPROTO. */
+			return HTTP_VERDICT_RETRY;
 		}
 	}
 	return HTTP_VERDICT_DONE;

@@ -192,11 +192,18 @@ class ClientTest(unittest.TestCase):
         self.assertIn(b"repeats: the server is looping", r.stderr)
 
     def test_malformed_listing(self):
+        # Always broken: retried, then EPROTO with the parser's words.
         self.server.faults([{"op": "LIST", "kind": "malformed_xml"}])
-        r = self.c("list", "s3://syn")
+        r = self.c("list", "s3://syn", opts=["max_attempts=3"])
         self.assertEqual(r.returncode, errno.EPROTO, r.stderr)
         self.assertIn(b"LIST s3://syn/ via ", r.stderr)
+        self.assertIn(b"(attempt 3/3", r.stderr)
         self.assertIn(b"RequestId", r.stderr)
+        # Cut once on the way: the retry gets the whole page.
+        self.server.faults([{"op": "LIST", "kind": "malformed_xml",
+                             "count": 1}])
+        r = self.c("list", "s3://syn", opts=["max_attempts=3"])
+        self.assertEqual(r.returncode, 0, r.stderr)
 
     # -- retries and faults ---------------------------------------------
 
