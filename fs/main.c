@@ -267,6 +267,12 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 	return TRUE;
 }
 
+/* The config file's mount options, through the same parser as -o. */
+static gboolean file_mount_option(void *user, const char *opt, GError **error)
+{
+	return take_mount_option(user, opt, error);
+}
+
 static gboolean parse_args(struct mount *m, int argc, char **argv,
 			   GError **error)
 {
@@ -888,8 +894,16 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	fuse_loop_cfg_set_max_threads(lc, 64);
 	rc = fuse_session_loop_mt(se, lc);
 	/* libfuse's signal handlers end the loop with the signal's number:
-	 * SIGTERM and SIGINT ask for a clean unmount, which this is. */
-	rc = rc == 0 || rc == SIGTERM || rc == SIGINT ? 0 : 1;
+	 * SIGTERM and SIGINT ask for a clean unmount, which this is.  After
+	 * a lazy unmount (umount -l, fusermount3 -uz) the kernel may end
+	 * the connection with ECONNABORTED instead of ENODEV once the last
+	 * user is gone: unmounted as asked, too. */
+	if (rc == -ECONNABORTED)
+		log_msg(LOG_LEVEL_NOTICE, "the kernel closed the connection "
+					  "(the mount was detached)");
+	rc = rc == 0 || rc == SIGTERM || rc == SIGINT || rc == -ECONNABORTED
+		     ? 0
+		     : 1;
 	fuse_loop_cfg_destroy(lc);
 	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
 	fs_stop(fs);
@@ -920,6 +934,7 @@ int main(int argc, char **argv)
 	sigaddset(&hup, SIGHUP);
 	pthread_sigmask(SIG_BLOCK, &hup, NULL);
 	config_init(&m.cfg);
+	config_set_mount_handler(&m.cfg, file_mount_option, &m);
 	g_mutex_init(&m.fetch_lock);
 	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);

@@ -1,13 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * config.h - the options of every bucketfs tool: the s3:// URL, the -o
- * options and the environment.
+ * options, the config file and the environment.
  *
  * Use:
  *
  *	struct config cfg;
  *
  *	config_init(&cfg);
+ *	config_set_mount_handler(&cfg, fn, user);	(bucketfs only)
  *	for each -o argument:
  *		config_parse_options(&cfg, arg, fuse_opts, &error);
  *	config_parse_url(&cfg, "s3://bucket/prefix", &error);
@@ -35,6 +36,36 @@
  * token, access_key...) is an error even when unknown options are passed
  * through.
  *
+ * The config file (see bucketfs.conf(5)) holds defaults for the -o
+ * options, in a GLib key file: a [default] group and groups
+ * [s3://BUCKET] and [s3://BUCKET/PREFIX], with keys named exactly like the
+ * -o options (flags take true or false; endpoint takes a ';' list).  It is
+ * read by config_finish(), so every tool gets it, from
+ *
+ *  - -o config=PATH, else $BUCKETFS_CONFIG (either may be "none": no file;
+ *    a named file must exist), else
+ *  - /etc/bucketfs/bucketfs.conf, then $XDG_CONFIG_HOME/bucketfs/
+ *    bucketfs.conf (~/.config/...); both may be missing.
+ *
+ * Groups apply from the least to the most specific: [default], then
+ * [s3://BUCKET], then every [s3://BUCKET/PREFIX] whose prefix is, by whole
+ * components, a prefix of the mount's (shorter first); at equal
+ * specificity the user's file beats the system's.  A key given with -o is
+ * never taken from the file, and neither is one the environment sets
+ * (endpoint: S3_ENDPOINT_URIS, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL;
+ * region: AWS_REGION, AWS_DEFAULT_REGION; ca_file: AWS_CA_BUNDLE; profile:
+ * AWS_PROFILE or AWS_ACCESS_KEY_ID): -o > environment > file > defaults.
+ *
+ * Each value goes through the -o parser, so errors are the same as for -o,
+ * prefixed with "FILE:LINE: [GROUP]: ".  Unknown groups and keys (in any
+ * group) are errors, and so are secrets (the file holds none: use
+ * profile= and the AWS credentials file) and a file that is not owned by
+ * root or the user, or that others may write (it chooses endpoints and
+ * file paths for a daemon that often runs as root).  The mount options of
+ * bucketfs (entry_timeout, whole_max, allow_other...; see
+ * config_mount_keys()) go to the handler of config_set_mount_handler();
+ * tools that set none check their names and ignore them.
+ *
  * Errors are BFS_ERROR/EINVAL unless said otherwise, and name the option
  * (or variable) and the bad value, with control characters escaped and
  * never with a URL's user:password part.
@@ -57,6 +88,17 @@ enum addressing {
 	ADDRESSING_PATH,    /* http://host/bucket/key */
 	ADDRESSING_VIRTUAL, /* http://bucket.host/key */
 };
+
+/* The system-wide config file. */
+#define CONFIG_SYSTEM_FILE "/etc/bucketfs/bucketfs.conf"
+
+/*
+ * Takes one mount option, "name" (a flag) or "name=value", exactly as if it
+ * came from -o; returns FALSE with @error set (naming the option and the
+ * bad value) to refuse it.  See config_set_mount_handler().
+ */
+typedef gboolean (*config_mount_fn)(void *user, const char *opt,
+				    GError **error);
 
 /* Plain data, owned by the caller; config_init() and config_clear(). */
 struct config {
@@ -95,6 +137,13 @@ struct config {
 	 * "default".
 	 */
 	char *region_source;
+
+	/* Private to config.c. */
+	char *config_file;     /* -o config=PATH, or NULL */
+	GHashTable *given;     /* option names given with -o: the file yields */
+	GPtrArray *files_read; /* of char *: the config files read */
+	config_mount_fn mount_fn;
+	void *mount_user;
 };
 
 /* Sets @cfg to the defaults, with an empty endpoint list. */
@@ -131,17 +180,41 @@ gboolean config_parse_options(struct config *cfg, const char *opts,
 			      GPtrArray *passthrough, GError **error);
 
 /*
- * Applies the environment and the defaults once all -o options and the
- * URL are parsed (see the precedence above), resolves ADDRESSING_AUTO
- * (virtual when every endpoint is AWS's and the bucket name is a valid DNS
- * name without dots, else path), and validates the whole: a bucket was
- * given, endpoints from the environment, the region, addressing=virtual
- * with a bucket name that cannot be a host name, ca_file.  Reads the
- * environment and, for the region, the AWS config file.  Call once.
+ * Makes config_finish() hand the mount options of the config file (the
+ * keys named by config_mount_keys()) that were not given with -o to @fn, one
+ * by one, "name" or "name=value"; its errors get the file, line and group
+ * prepended.  -o mount options reach the caller through @passthrough of
+ * config_parse_options() instead, and are remembered there so the file
+ * yields to them whatever the order of the calls.  Call before
+ * config_finish(), which calls @fn on its own thread; @user is borrowed
+ * until then.
+ */
+void config_set_mount_handler(struct config *cfg, config_mount_fn fn,
+			      void *user);
+
+/*
+ * The mount options (fs/main.c) a config file may hold, beyond the options
+ * of config_parse_options(), as a NULL-terminated list; those ending in '?'
+ * are flags (true or false in the file).  Static.
+ */
+const char *const *config_mount_keys(void);
+
+/*
+ * Applies the config file (see above), the environment and the defaults
+ * once all -o options and the URL are parsed (see the precedence above),
+ * resolves ADDRESSING_AUTO (virtual when every endpoint is AWS's and the
+ * bucket name is a valid DNS name without dots, else path), and validates
+ * the whole: a bucket was given, endpoints from the environment, the
+ * region, addressing=virtual with a bucket name that cannot be a host
+ * name, ca_file.  Reads the config files, the environment and, for the
+ * region, the AWS config file.  Call once.
  *
  * Errors: EINVAL naming the option or variable and the bad value; for
  * ca_file, the errno of opening it (with strerror); for the profile's
- * region, the errors of credentials_profile_region().
+ * region, the errors of credentials_profile_region().  For the config
+ * file: the errno of opening or reading it, EACCES for an untrusted owner
+ * or mode, EINVAL for its syntax, groups, keys and values (with the file,
+ * line and group), and the errors of the mount handler.
  */
 gboolean config_finish(struct config *cfg, GError **error);
 

@@ -44,7 +44,9 @@ def client_env(**extra):
             del env[k]
     env.update({"AWS_ACCESS_KEY_ID": AK, "AWS_SECRET_ACCESS_KEY": SK,
                 "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
-                "AWS_CONFIG_FILE": "/nonexistent"})
+                "AWS_CONFIG_FILE": "/nonexistent",
+                # The machine's /etc/bucketfs/bucketfs.conf stays out.
+                "BUCKETFS_CONFIG": "none"})
     env.update(extra)
     return env
 

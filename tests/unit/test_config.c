@@ -41,15 +41,21 @@ static void fixture_setup(struct fixture *f, gconstpointer data)
 	f->conf_path = g_build_filename(f->dir, "config", NULL);
 	g_setenv("AWS_CONFIG_FILE", f->conf_path, TRUE);
 	g_setenv("AWS_SHARED_CREDENTIALS_FILE", f->conf_path, TRUE);
+	/* No bucketfs.conf of this machine; the file tests name theirs. */
+	g_setenv("BUCKETFS_CONFIG", "none", TRUE);
 	config_init(&f->cfg);
 }
 
 static void fixture_teardown(struct fixture *f, gconstpointer data)
 {
+	g_autofree char *bfs_conf =
+		g_build_filename(f->dir, "bucketfs.conf", NULL);
+
 	(void)data;
 	config_clear(&f->cfg);
 	config_clear(&f->cfg);
 	g_unlink(f->conf_path);
+	g_unlink(bfs_conf);
 	g_assert_cmpint(g_rmdir(f->dir), ==, 0);
 	g_free(f->conf_path);
 	g_free(f->dir);
@@ -856,9 +862,392 @@ static void test_help(void)
 		g_assert_cmpuint(strlen(lines[i]), <=, 72);
 }
 
+/* --- the config file --------------------------------------------------- */
+
+/* Writes @text to DIR/@name with @mode; returns the path. */
+static char *conf_write(struct fixture *f, const char *name, const char *text,
+			int mode)
+{
+	g_autoptr(GError) error = NULL;
+	char *path = g_build_filename(f->dir, name, NULL);
+
+	g_assert_true(g_file_set_contents(path, text, -1, &error));
+	g_assert_no_error(error);
+	g_assert_cmpint(g_chmod(path, mode), ==, 0);
+	return path;
+}
+
+/* The file @text as $BUCKETFS_CONFIG, then @url, -o @opts and finish. */
+static gboolean conf_finish(struct fixture *f, const char *text,
+			    const char *url, const char *opts, GError **error)
+{
+	g_autofree char *path = conf_write(f, "bucketfs.conf", text, 0600);
+
+	g_setenv("BUCKETFS_CONFIG", path, TRUE);
+	url_ok(f, url);
+	if (opts)
+		opts_ok(f, opts);
+	return config_finish(&f->cfg, error);
+}
+
+static void conf_ok(struct fixture *f, const char *text, const char *url,
+		    const char *opts)
+{
+	g_autoptr(GError) error = NULL;
+
+	g_assert_true(conf_finish(f, text, url, opts, &error));
+	g_assert_no_error(error);
+}
+
+/* The message with the temporary directory replaced by "DIR". */
+static void conf_fail(struct fixture *f, const char *text, const char *opts,
+		      int code, const char *message)
+{
+	g_autoptr(GError) error = NULL;
+	g_auto(GStrv) parts = NULL;
+	g_autofree char *got = NULL;
+
+	g_assert_false(conf_finish(f, text, "s3://dset/train", opts, &error));
+	g_assert_error(error, BFS_ERROR, code);
+	parts = g_strsplit(error->message, f->dir, -1);
+	got = g_strjoinv("DIR", parts);
+	g_assert_cmpstr(got, ==, message);
+}
+
+static const char conf_text[] = "# bucketfs.conf for the tests\n"
+				"[default]\n"
+				"region = eu-west-1\n"
+				"endpoint = http://a:9000; http://b:9000\n"
+				"max_attempts = 4\n"
+				"connect_timeout = 2\n"
+				"anonymous = false\n"
+				"\n"
+				"[s3://dset]\n"
+				"max_attempts = 5\n"
+				"stall_timeout = 7\n"
+				"\n"
+				"[s3://dset/train]\n"
+				"max_attempts = 6\n"
+				"index = /var/cache/ds-train.idx\n"
+				"\n"
+				"[s3://dset/train/deeper]\n"
+				"max_attempts = 7\n"
+				"\n"
+				"[s3://dset/tr]\n"
+				"max_attempts = 8\n"
+				"\n"
+				"[s3://other]\n"
+				"anonymous = true\n"
+				"region = us-west-2\n";
+
+static void test_file_groups(struct fixture *f, gconstpointer data)
+{
+	const struct config *cfg = &f->cfg;
+	g_autofree char *text = NULL;
+
+	(void)data;
+	conf_ok(f, conf_text, "s3://dset/train", NULL);
+	g_assert_cmpstr(cfg->region, ==, "eu-west-1");
+	g_assert_true(g_str_has_suffix(cfg->region_source,
+				       "/bucketfs.conf:3: [default]"));
+	g_assert_cmpuint(cfg->endpoints->len, ==, 2);
+	g_assert_cmpstr(g_ptr_array_index(cfg->endpoints, 1), ==,
+			"http://b:9000");
+	g_assert_true(g_str_has_suffix(cfg->endpoint_source,
+				       "/bucketfs.conf:4: [default]"));
+	g_assert_false(cfg->endpoints_from_options);
+	/* [s3://dset/train] beats [s3://dset] beats [default]; [s3://dset/tr]
+	 * is not a prefix by components; [s3://dset/train/deeper] is deeper. */
+	g_assert_cmpuint(cfg->max_attempts, ==, 6);
+	g_assert_cmpfloat(cfg->stall_timeout, ==, 7);
+	g_assert_cmpfloat(cfg->connect_timeout, ==, 2);
+	g_assert_cmpstr(cfg->index_path, ==, "/var/cache/ds-train.idx");
+	g_assert_false(cfg->anonymous);
+	g_assert_cmpint(cfg->addressing, ==, ADDRESSING_PATH);
+	text = config_describe(cfg);
+	g_assert_nonnull(strstr(text, "config file:      "));
+	g_assert_nonnull(strstr(text, "/bucketfs.conf\n"));
+}
+
+static void test_file_other_bucket(struct fixture *f, gconstpointer data)
+{
+	(void)data;
+	conf_ok(f, conf_text, "s3://other/x", NULL);
+	g_assert_true(f->cfg.anonymous);
+	g_assert_cmpstr(f->cfg.region, ==, "us-west-2");
+	g_assert_cmpuint(f->cfg.max_attempts, ==, 4);
+	g_assert_null(f->cfg.index_path);
+}
+
+/* -o beats the file whatever the order of the calls; so does the env. */
+static void test_file_precedence(struct fixture *f, gconstpointer data)
+{
+	const struct config *cfg = &f->cfg;
+
+	(void)data;
+	g_setenv("AWS_REGION", "ap-south-1", TRUE);
+	opts_ok(f, "endpoint=http://cli:1,stall_timeout=9");
+	conf_ok(f, conf_text, "s3://dset/train", "max_attempts=2");
+	assert_endpoints(cfg, "-o endpoint",
+			 (const char *const[]){ "http://cli:1", NULL });
+	g_assert_true(cfg->endpoints_from_options);
+	g_assert_cmpuint(cfg->max_attempts, ==, 2);
+	g_assert_cmpfloat(cfg->stall_timeout, ==, 9);
+	g_assert_cmpfloat(cfg->connect_timeout, ==, 2);
+	g_assert_cmpstr(cfg->region, ==, "ap-south-1");
+	g_assert_cmpstr(cfg->region_source, ==, "AWS_REGION");
+}
+
+static void test_file_env_endpoints(struct fixture *f, gconstpointer data)
+{
+	(void)data;
+	g_setenv("S3_ENDPOINT_URIS", "http://env:1", TRUE);
+	conf_ok(f, conf_text, "s3://dset", NULL);
+	assert_endpoints(&f->cfg, "S3_ENDPOINT_URIS",
+			 (const char *const[]){ "http://env:1", NULL });
+	g_assert_cmpuint(f->cfg.max_attempts, ==, 5);
+}
+
+static void test_file_profile(struct fixture *f, gconstpointer data)
+{
+	static const char text[] = "[default]\nprofile=from-file\n";
+
+	(void)data;
+	conf_ok(f, text, "s3://dset", NULL);
+	g_assert_cmpstr(f->cfg.profile, ==, "from-file");
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+	/* Keys in the environment beat a profile from the file. */
+	g_setenv("AWS_ACCESS_KEY_ID", "AKID", TRUE);
+	conf_ok(f, text, "s3://dset", NULL);
+	g_assert_null(f->cfg.profile);
+}
+
+static int mount_calls;
+
+static gboolean mount_record(void *user, const char *opt, GError **error)
+{
+	GPtrArray *got = user;
+
+	mount_calls++;
+	if (g_str_has_prefix(opt, "whole_max=") && strcmp(opt + 10, "8M")) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option 'whole_max': '%s' is not a number",
+			    opt + 10);
+		return FALSE;
+	}
+	g_ptr_array_add(got, g_strdup(opt));
+	return TRUE;
+}
+
+static void test_file_mount_options(struct fixture *f, gconstpointer data)
+{
+	static const char text[] = "[default]\n"
+				   "whole_max = 8M\n"
+				   "allow_other = true\n"
+				   "entry_timeout = 60\n"
+				   "[s3://dset]\n"
+				   "prefetch_depth=128\n"
+				   "list_workers=2\n";
+	g_autoptr(GPtrArray) got = g_ptr_array_new_with_free_func(g_free);
+	g_autoptr(GPtrArray) pass = g_ptr_array_new_with_free_func(g_free);
+	g_autoptr(GError) error = NULL;
+	g_autofree char *joined = NULL;
+
+	(void)data;
+	config_set_mount_handler(&f->cfg, mount_record, got);
+	/* -o list_workers goes to the caller; the file's must not. */
+	g_assert_true(config_parse_options(&f->cfg, "list_workers=3,fsname=x",
+					   pass, &error));
+	g_assert_no_error(error);
+	conf_ok(f, text, "s3://dset", NULL);
+	g_ptr_array_add(got, NULL);
+	joined = g_strjoinv(",", (char **)got->pdata);
+	g_assert_cmpstr(joined, ==,
+			"entry_timeout=60,whole_max=8M,prefetch_depth=128,"
+			"allow_other");
+
+	/* Without a handler (the tools) the names are checked, no more. */
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+	mount_calls = 0;
+	conf_ok(f, "[default]\nwhole_max=bogus\n", "s3://dset", NULL);
+	g_assert_cmpint(mount_calls, ==, 0);
+
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+	config_set_mount_handler(&f->cfg, mount_record, got);
+	conf_fail(f, "[default]\n\nwhole_max=9X\n", NULL, EINVAL,
+		  "DIR/bucketfs.conf:3: [default]: option 'whole_max': '9X' "
+		  "is not a number");
+}
+
+static void test_file_errors(struct fixture *f, gconstpointer data)
+{
+	static const struct {
+		const char *text, *message;
+	} bad[] = {
+		{ "[default]\nregion=eu-west-1\nmax_atempts=3\n",
+		  "DIR/bucketfs.conf:3: [default]: unknown key 'max_atempts' "
+		  "(the keys are the -o options; see bucketfs.conf(5))" },
+		/* Any group, not only the ones that apply. */
+		{ "[s3://elsewhere]\n# c\nfoo=1\n",
+		  "DIR/bucketfs.conf:3: [s3://elsewhere]: unknown key 'foo' "
+		  "(the keys are the -o options; see bucketfs.conf(5))" },
+		{ "[default]\nrw=true\n",
+		  "DIR/bucketfs.conf:2: [default]: unknown key 'rw' (the keys "
+		  "are the -o options; see bucketfs.conf(5))" },
+		{ "[default]\nconfig=/x\n",
+		  "DIR/bucketfs.conf:2: [default]: unknown key 'config' (the "
+		  "keys are the -o options; see bucketfs.conf(5))" },
+		{ "[defaults]\nregion=x\n",
+		  "DIR/bucketfs.conf:1: [defaults]: unknown group: expected "
+		  "[default] or [s3://BUCKET[/PREFIX]]" },
+		{ "[ds]\n",
+		  "DIR/bucketfs.conf:1: [ds]: unknown group: expected "
+		  "[default] or [s3://BUCKET[/PREFIX]]" },
+		{ "[s3://a]\n",
+		  "DIR/bucketfs.conf:1: [s3://a]: unknown group: expected "
+		  "[default] or [s3://BUCKET[/PREFIX]]" },
+		/* The -o parser's own messages, with the place. */
+		{ "[s3://dset]\n\n\nmax_attempts = 3x\n",
+		  "DIR/bucketfs.conf:4: [s3://dset]: option 'max_attempts': "
+		  "'3x' "
+		  "is not an integer between 1 and 100" },
+		{ "[default]\nendpoint=http://a:1;ftp://b\n",
+		  "DIR/bucketfs.conf:2: [default]: option 'endpoint': "
+		  "'ftp://b': the scheme must be http or https" },
+		{ "[default]\nregion=\n",
+		  "DIR/bucketfs.conf:2: [default]: option 'region' needs a "
+		  "value: region=NAME" },
+		{ "[default]\nanonymous=yes please\n",
+		  "DIR/bucketfs.conf:2: [default]: option 'anonymous': 'yes "
+		  "please' is not true or false" },
+		{ "[default]\nsecret_access_key=abc\n",
+		  "DIR/bucketfs.conf:2: [default]: key 'secret_access_key': "
+		  "secrets are not accepted in the config file; use "
+		  "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY or a profile "
+		  "(profile=NAME) in the AWS credentials file" },
+		{ "region=x\n",
+		  "config file 'DIR/bucketfs.conf': Key file does not start "
+		  "with a group" },
+	};
+	guint i;
+
+	(void)data;
+	for (i = 0; i < G_N_ELEMENTS(bad); i++) {
+		conf_fail(f, bad[i].text, NULL, EINVAL, bad[i].message);
+		config_clear(&f->cfg);
+		config_init(&f->cfg);
+	}
+}
+
+static void test_file_secret_not_echoed(struct fixture *f, gconstpointer data)
+{
+	g_autoptr(GError) error = NULL;
+
+	(void)data;
+	g_assert_false(conf_finish(f, "[default]\naws_secret=hunter2\n",
+				   "s3://dset", NULL, &error));
+	g_assert_null(strstr(error->message, "hunter2"));
+}
+
+static void test_file_where(struct fixture *f, gconstpointer data)
+{
+	g_autofree char *missing = g_build_filename(f->dir, "nope", NULL);
+	g_autofree char *open = NULL;
+	g_autofree char *other = NULL;
+	g_autofree char *msg = NULL;
+	g_autofree char *opts = NULL;
+	g_autoptr(GError) error = NULL;
+
+	(void)data;
+	/* A named file must exist. */
+	g_setenv("BUCKETFS_CONFIG", missing, TRUE);
+	url_ok(f, "s3://dset");
+	msg = g_strdup_printf("config file '%s': No such file or directory",
+			      missing);
+	finish_fail(f, ENOENT, msg);
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+
+	/* Others may write it: not trusted. */
+	open = conf_write(f, "open.conf", "[default]\nregion=eu-west-3\n",
+			  0666);
+	g_setenv("BUCKETFS_CONFIG", open, TRUE);
+	url_ok(f, "s3://dset");
+	g_assert_false(config_finish(&f->cfg, &error));
+	g_assert_error(error, BFS_ERROR, EACCES);
+	g_assert_nonnull(strstr(error->message, "others may write it (mode "
+						"0666): not trusted"));
+	g_clear_error(&error);
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+
+	/* -o config= beats $BUCKETFS_CONFIG; "none" reads nothing. */
+	other = conf_write(f, "other.conf", "[default]\nregion=eu-west-2\n",
+			   0644);
+	opts = g_strdup_printf("config=%s", other);
+	opts_ok(f, opts);
+	url_ok(f, "s3://dset");
+	finish_ok(f);
+	g_assert_cmpstr(f->cfg.region, ==, "eu-west-2");
+	config_clear(&f->cfg);
+	config_init(&f->cfg);
+	opts_ok(f, "config=none");
+	url_ok(f, "s3://dset");
+	finish_ok(f);
+	g_assert_cmpstr(f->cfg.region, ==, "us-east-1");
+	g_assert_cmpuint(f->cfg.files_read->len, ==, 0);
+
+	g_unlink(open);
+	g_unlink(other);
+}
+
+/* Without a named file: ~/.config/bucketfs/bucketfs.conf (see main()). */
+static void test_file_user(struct fixture *f, gconstpointer data)
+{
+	g_autofree char *dir =
+		g_build_filename(g_get_user_config_dir(), "bucketfs", NULL);
+	g_autofree char *path = g_build_filename(dir, "bucketfs.conf", NULL);
+	g_autoptr(GError) error = NULL;
+
+	(void)data;
+	g_assert_cmpint(g_mkdir_with_parents(dir, 0700), ==, 0);
+	g_assert_true(g_file_set_contents(
+		path, "[s3://dset]\nconnect_timeout=3\n", -1, &error));
+	g_unsetenv("BUCKETFS_CONFIG");
+	url_ok(f, "s3://dset");
+	finish_ok(f);
+	g_assert_cmpfloat(f->cfg.connect_timeout, ==, 3);
+	g_assert_cmpstr(g_ptr_array_index(f->cfg.files_read,
+					  f->cfg.files_read->len - 1),
+			==, path);
+	g_unlink(path);
+	g_rmdir(dir);
+}
+
+static void test_file_mount_keys(void)
+{
+	const char *const *keys = config_mount_keys();
+	guint i;
+
+	for (i = 0; keys[i]; i++)
+		g_assert_null(strchr(keys[i], '='));
+	g_assert_cmpuint(i, >=, 9);
+}
+
 int main(int argc, char **argv)
 {
+	g_autoptr(GError) error = NULL;
+	g_autofree char *home = NULL;
+	int rc;
+
 	g_test_init(&argc, &argv, NULL);
+	/* ~/.config is read once per process: a private one, before that. */
+	home = g_dir_make_tmp("bfs-config-home-XXXXXX", &error);
+	g_assert_no_error(error);
+	g_setenv("XDG_CONFIG_HOME", home, TRUE);
 
 #define ADD(name, fn)                                                          \
 	g_test_add("/config/" name, struct fixture, NULL, fixture_setup, fn,   \
@@ -875,8 +1264,21 @@ int main(int argc, char **argv)
 	ADD("ca-file", test_ca_file);
 	ADD("no-bucket", test_no_bucket);
 	ADD("describe", test_describe);
+	ADD("file/groups", test_file_groups);
+	ADD("file/other-bucket", test_file_other_bucket);
+	ADD("file/precedence", test_file_precedence);
+	ADD("file/env-endpoints", test_file_env_endpoints);
+	ADD("file/profile", test_file_profile);
+	ADD("file/mount-options", test_file_mount_options);
+	ADD("file/errors", test_file_errors);
+	ADD("file/secret-not-echoed", test_file_secret_not_echoed);
+	ADD("file/where", test_file_where);
+	ADD("file/user", test_file_user);
 #undef ADD
 	g_test_add_func("/config/help", test_help);
+	g_test_add_func("/config/file/mount-keys", test_file_mount_keys);
 
-	return g_test_run();
+	rc = g_test_run();
+	g_rmdir(home);
+	return rc;
 }
