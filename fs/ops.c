@@ -1178,29 +1178,43 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
 	fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
 }
 
+/*
+ * The key of a new name @name in @parent, or NULL after replying why not:
+ * EROFS on a read-only mount, EEXIST for an indexed name.
+ */
+static char *new_name_key(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
+			  const char *name)
+{
+	char *key;
+	int err;
+
+	if (!fs->ov) {
+		fuse_reply_err(req, EROFS);
+		return NULL;
+	}
+	if (indexed(fs, parent, name)) {
+		fuse_reply_err(req, EEXIST);
+		return NULL;
+	}
+	key = child_key(fs, parent, name, &err);
+	if (!key)
+		fuse_reply_err(req, err);
+	return key;
+}
+
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      mode_t mode, struct fuse_file_info *fi)
 {
 	struct fs *fs = data(req);
 	g_autoptr(GError) error = NULL;
-	g_autofree char *key = NULL;
+	g_autofree char *key = new_name_key(req, fs, parent, name);
 	struct ov_file *of;
 	struct ov_attr a;
-	int err;
 
 	(void)mode;
-	if (!fs->ov) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	if (indexed(fs, parent, name)) {
-		fuse_reply_err(req, EEXIST);
-		return;
-	}
-	key = child_key(fs, parent, name, &err);
 	if (!key)
-		fuse_reply_err(req, err);
-	else if (!overlay_create(fs->ov, key, &a, &of, &error))
+		return;
+	if (!overlay_create(fs->ov, key, &a, &of, &error))
 		reply_ov_error(req, error, "create", key);
 	else
 		reply_ov_open(req, fs, of, key, fi, &a);
@@ -1211,22 +1225,12 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
 {
 	struct fs *fs = data(req);
 	g_autoptr(GError) error = NULL;
-	g_autofree char *key = NULL;
+	g_autofree char *key = new_name_key(req, fs, parent, name);
 	struct ov_attr a;
-	int err;
 
 	(void)mode;
-	if (!fs->ov) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	if (indexed(fs, parent, name)) {
-		fuse_reply_err(req, EEXIST);
-		return;
-	}
-	key = child_key(fs, parent, name, &err);
 	if (!key) {
-		fuse_reply_err(req, err);
+		return;
 	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
 		overlay_forget(fs->ov, a.node, 1);
 		fuse_reply_err(req, EEXIST);
