@@ -22,6 +22,7 @@
  * index_url_fallback=fail.  SIGHUP and index_max_age fetch again.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -666,11 +667,41 @@ static struct index *load_index(struct mount *m, struct s3 *s3, GError **error)
 
 /* -- signals ------------------------------------------------------------ */
 
+/*
+ * The threads that change the served index: SIGHUP, the check after
+ * mounting, index_max_age.  They use the mount, the fs and the S3 client,
+ * so reloader_stop() ends and joins them before those go.
+ */
 struct reloader {
 	struct mount *m;
 	struct fs *fs;
 	struct s3 *s3; /* borrowed from fs */
+	GMutex lock;
+	GCond cond;
+	gboolean stopping; /* protected by lock */
+	pthread_t hup;	   /* sigwait()s for SIGHUP */
+	gboolean hup_started;
+	GThread *verify, *refresh;
 };
+
+/* Sleeps @seconds unless told to stop; TRUE when stopping. */
+static gboolean sleep_or_stop(struct reloader *r, gint64 seconds)
+{
+	gint64 until = g_get_monotonic_time() + seconds * G_USEC_PER_SEC;
+	gboolean stop;
+
+	g_mutex_lock(&r->lock);
+	while (!r->stopping && g_cond_wait_until(&r->cond, &r->lock, until))
+		;
+	stop = r->stopping;
+	g_mutex_unlock(&r->lock);
+	return stop;
+}
+
+static gboolean stopping(struct reloader *r)
+{
+	return sleep_or_stop(r, 0);
+}
 
 static void serve_index(struct reloader *r, struct index *idx, const char *why)
 {
@@ -736,11 +767,13 @@ static gpointer refresh_thread(gpointer data)
 		if (r->m->index_url) {
 			/* A published index is as old as its publisher made
 			 * it: look for a new one every max_age instead. */
-			g_usleep((gulong)MAX(1, max_age) * G_USEC_PER_SEC);
+			if (sleep_or_stop(r, MAX(1, max_age)))
+				break;
 			refetch(r, "index_max_age", FALSE);
 			continue;
 		}
-		g_usleep((gulong)MIN(wait, 3600) * G_USEC_PER_SEC);
+		if (sleep_or_stop(r, MIN(wait, 3600)))
+			break;
 		if (wait > 3600)
 			continue;
 		if (!build_index(r->m, r->s3, FALSE, &error)) {
@@ -748,7 +781,8 @@ static gpointer refresh_thread(gpointer data)
 				  "index_max_age: "
 				  "background rebuild failed, still serving "
 				  "the old index");
-			g_usleep((gulong)MIN(max_age, 300) * G_USEC_PER_SEC);
+			if (sleep_or_stop(r, MIN(max_age, 300)))
+				break;
 			continue;
 		}
 		switch_to(r, "index_max_age");
@@ -757,17 +791,20 @@ static gpointer refresh_thread(gpointer data)
 }
 
 /* SIGHUP is blocked in every thread; this one takes it synchronously. */
-static gpointer reload_thread(gpointer data)
+static void *reload_thread(void *data)
 {
 	struct reloader *r = data;
 	sigset_t set;
 	int sig;
 
+	pthread_setname_np(pthread_self(), "bfs-sighup");
 	sigemptyset(&set);
 	sigaddset(&set, SIGHUP);
 	for (;;) {
 		if (sigwait(&set, &sig) != 0)
 			continue;
+		if (stopping(r))
+			break;
 		if (r->m->index_url)
 			refetch(r, "SIGHUP", TRUE);
 		else
@@ -839,7 +876,7 @@ static gpointer verify_thread(gpointer data)
 	struct index *idx = fs_current_index(r->fs);
 	g_autoptr(GError) error = NULL;
 
-	if (!index_verify(idx, &error)) {
+	if (!index_verify(idx, &error) && !stopping(r)) {
 		g_autofree char *src = source_path(r->m);
 
 		log_error(LOG_LEVEL_ERR, error,
@@ -861,6 +898,34 @@ static gpointer verify_thread(gpointer data)
 }
 
 /* Mounts and runs the session until unmounted; returns the exit status. */
+static void reloader_start(struct reloader *r)
+{
+	r->hup_started = pthread_create(&r->hup, NULL, reload_thread, r) == 0;
+	if (!r->hup_started)
+		log_msg(LOG_LEVEL_WARNING, "cannot start the SIGHUP thread: "
+					   "SIGHUP will not reload the index");
+	r->verify = g_thread_new("bfs-verify", verify_thread, r);
+	if (r->m->index_max_age > 0)
+		r->refresh = g_thread_new("bfs-refresh", refresh_thread, r);
+}
+
+/* Ends the reloader's threads; one busy rebuilding finishes first. */
+static void reloader_stop(struct reloader *r)
+{
+	g_mutex_lock(&r->lock);
+	r->stopping = TRUE;
+	g_cond_broadcast(&r->cond);
+	g_mutex_unlock(&r->lock);
+	if (r->hup_started) {
+		pthread_kill(r->hup, SIGHUP);
+		pthread_join(r->hup, NULL);
+	}
+	if (r->verify)
+		g_thread_join(r->verify);
+	if (r->refresh)
+		g_thread_join(r->refresh);
+}
+
 static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 {
 	struct fuse_loop_config *lc = NULL;
@@ -884,10 +949,9 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	}
 	fs_set_s3(fs, s3);
 	r.s3 = s3;
-	g_thread_unref(g_thread_new("bfs-sighup", reload_thread, &r));
-	g_thread_unref(g_thread_new("bfs-verify", verify_thread, &r));
-	if (m->index_max_age > 0)
-		g_thread_unref(g_thread_new("bfs-refresh", refresh_thread, &r));
+	g_mutex_init(&r.lock);
+	g_cond_init(&r.cond);
+	reloader_start(&r);
 	log_msg(LOG_LEVEL_NOTICE, "mounted s3://%s/%s on %s (index %s)",
 		m->cfg.bucket, m->cfg.prefix, m->mountpoint, m->index_path);
 	lc = fuse_loop_cfg_create();
@@ -906,6 +970,9 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		     : 1;
 	fuse_loop_cfg_destroy(lc);
 	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
+	reloader_stop(&r);
+	g_mutex_clear(&r.lock);
+	g_cond_clear(&r.cond);
 	fs_stop(fs);
 out_unmount:
 	fuse_session_unmount(se);

@@ -295,6 +295,7 @@ static GString *log_line_new(enum log_level level)
 	return line;
 }
 
+G_GNUC_PRINTF(2, 0)
 static void log_line_append_vprintf(GString *line, const char *fmt, va_list ap)
 {
 	char *text = NULL;

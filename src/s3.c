@@ -319,6 +319,24 @@ static void append_skew(GString *msg, const struct s3_error_info *info)
 			       info->request_time);
 }
 
+/*
+ * The canonical request a server sends back with SignatureDoesNotMatch,
+ * with the session token's value cut out: a log line must not carry it.
+ */
+static char *redact_token(const char *cr)
+{
+	g_auto(GStrv) lines = g_strsplit(cr, "\n", -1);
+	guint i;
+
+	for (i = 0; lines[i]; i++) {
+		if (g_ascii_strncasecmp(lines[i], "x-amz-security-token:", 21))
+			continue;
+		g_free(lines[i]);
+		lines[i] = g_strdup("x-amz-security-token:(redacted)");
+	}
+	return g_strjoinv("\n", lines);
+}
+
 /* Detail S3 attaches to some errors, worth a clause of its own. */
 static void append_error_detail(GString *msg, const struct s3_error_info *info,
 				const struct http_response *resp)
@@ -347,7 +365,8 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
 		append_skew(msg, info);
 	if (info->code && !strcmp(info->code, "SignatureDoesNotMatch") &&
 	    info->canonical_request) {
-		g_autofree char *cr = log_escape(info->canonical_request, -1);
+		g_autofree char *red = redact_token(info->canonical_request);
+		g_autofree char *cr = log_escape(red, -1);
 
 		g_string_append_printf(msg, " [server's canonical request: %s]",
 				       cr);

@@ -198,7 +198,7 @@ static gboolean parse_args(struct compare *t, int argc, char **argv,
 		  "Log retries and requests to stderr", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
-		{ NULL }
+		G_OPTION_ENTRY_NULL
 	};
 	g_autoptr(GOptionContext) ctx =
 		g_option_context_new("MOUNTPOINT s3://BUCKET[/PREFIX]");

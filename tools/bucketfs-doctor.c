@@ -467,7 +467,7 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 		  "Log every request and retry to stderr", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
-		{ NULL }
+		G_OPTION_ENTRY_NULL
 	};
 	g_autoptr(GOptionContext) ctx =
 		g_option_context_new("s3://BUCKET[/PREFIX]");

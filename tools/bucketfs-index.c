@@ -316,7 +316,7 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		  "publish: list the bucket into a new index first", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
-		{ NULL }
+		G_OPTION_ENTRY_NULL
 	};
 	g_autoptr(GOptionContext) ctx =
 		g_option_context_new("build|info|verify|publish|unpublish "

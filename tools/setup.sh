@@ -5,10 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# clang's sanitizer and libFuzzer runtimes (libclang-rt-14-dev) are only
+# a recommendation of clang: named here, for the TSan and fuzz builds; llvm
+# brings llvm-symbolizer, for sanitizer reports with function names.
 packages=(
-	build-essential meson ninja-build pkg-config clang
-	libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
+	build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
+	llvm libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
 	libglib2.0-dev python3 python3-botocore curl clang-format
+	debhelper
 )
 # Node.js may come from elsewhere (this machine's nodejs bundles npm, and
 # Debian's npm then conflicts with it): Debian's only when npm is missing.
