@@ -357,9 +357,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	if (!index_lookup(idx, dir, name, strlen(name), &child) && fs->ov) {
+	if (index_lookup(idx, dir, name, strlen(name), &child)) {
+		reply_entry(req, fs, idx, child);
+	} else if (fs->ov) {
 		lookup_overlay(req, fs, parent, name);
-	} else if (!index_lookup(idx, dir, name, strlen(name), &child)) {
+	} else {
 		struct fuse_entry_param neg = {
 			.entry_timeout =
 				MIN(fs->opts.entry_timeout, NEGATIVE_TIMEOUT),
@@ -368,8 +370,6 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		/* A cached negative entry, but not for long: a SIGHUP
 		 * refresh may bring the name. */
 		fuse_reply_entry(req, &neg);
-	} else {
-		reply_entry(req, fs, idx, child);
 	}
 	index_unref(idx);
 }
