@@ -79,7 +79,9 @@ static void ov_fill_stat(const struct ov_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a->ino;
-	st->st_mode = a->is_dir ? S_IFDIR | 0755 : S_IFREG | 0644;
+	/* Anyone the mount lets in may make and remove names (allow_other
+	 * decides who): owners and modes are not stored. */
+	st->st_mode = a->is_dir ? S_IFDIR | 0777 : S_IFREG | 0666;
 	st->st_nlink = a->is_dir ? 2 : 1;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = BLOCK;
@@ -320,7 +322,7 @@ static void fill_stat(struct index *idx, index_id id, gboolean writable,
 	st->st_ino = a.ino;
 	/* In writable mode, directories take new names (overlay.h). */
 	st->st_mode =
-		a.is_dir ? S_IFDIR | (writable ? 0755 : 0555) : S_IFREG | 0444;
+		a.is_dir ? S_IFDIR | (writable ? 0777 : 0555) : S_IFREG | 0444;
 	st->st_nlink = a.is_dir ? 2 : 1;
 	st->st_size = (off_t)a.size;
 	st->st_blksize = BLOCK;
@@ -640,7 +642,7 @@ static void handle_destroy(struct handle *h)
 {
 	if (h->of)
 		overlay_release(h->of);
-	else
+	else if (h->rf)
 		readahead_release(h->rf);
 	g_free(h->key);
 	g_free(h);
@@ -738,6 +740,9 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 		e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
 		ov_fill_stat(created, &e.attr);
 		if (fuse_reply_create(req, &e, fi) != 0) {
+			/* creat() failed for the caller: nothing to upload. */
+			overlay_discard(h->of);
+			h->of = NULL;
 			overlay_forget(fs->ov, created->node, 1);
 			handle_free(fs, h);
 		}

@@ -15,12 +15,13 @@ struct onode {
 	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
 	guint64 size;
 	gint64 mtime;
-	char *etag;	  /* as last seen on S3, NULL for a new file */
-	guint64 lookups;  /* kernel lookups */
-	guint opens;	  /* open handles */
-	GByteArray *data; /* the bytes while open (or not yet uploaded) */
-	guint64 version;  /* bumped by each change of data */
-	guint64 uploaded; /* the version S3 has */
+	char *etag;	    /* as last seen on S3, NULL for a new file */
+	guint64 lookups;    /* kernel lookups */
+	guint opens;	    /* open handles */
+	GByteArray *data;   /* the bytes while open (or not yet uploaded) */
+	guint64 version;    /* bumped by each change of data */
+	guint64 uploaded;   /* the version S3 has */
+	gboolean uploading; /* a PUT or DELETE of it is in flight */
 };
 
 struct overlay {
@@ -30,6 +31,7 @@ struct overlay {
 	GHashTable *by_node; /* node number -> struct onode (owned) */
 	GHashTable *by_key;  /* key -> struct onode (borrowed) */
 	guint64 next_node;
+	GCond idle; /* a node's uploading went FALSE */
 };
 
 struct ov_file {
@@ -57,6 +59,7 @@ struct overlay *overlay_new(struct s3 *s3, guint64 write_max)
 	ov->s3 = s3;
 	ov->write_max = write_max ? write_max : OVERLAY_DEFAULT_WRITE_MAX;
 	g_mutex_init(&ov->lock);
+	g_cond_init(&ov->idle);
 	ov->by_node = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					    onode_free);
 	ov->by_key = g_hash_table_new(g_str_hash, g_str_equal);
@@ -69,6 +72,7 @@ void overlay_free(struct overlay *ov)
 		return;
 	g_hash_table_unref(ov->by_key);
 	g_hash_table_unref(ov->by_node);
+	g_cond_clear(&ov->idle);
 	g_mutex_clear(&ov->lock);
 	g_free(ov);
 }
@@ -232,7 +236,12 @@ void overlay_forget(struct overlay *ov, guint64 node, guint64 nlookup)
 	n = g_hash_table_lookup(ov->by_node, &node);
 	if (n) {
 		n->lookups -= MIN(n->lookups, nlookup);
-		if (n->removed && !n->lookups && !n->opens)
+		/* A name found on S3, unchanged here, is asked for again
+		 * next time; names made here stay, to be listed. */
+		if (!n->lookups && !n->opens && n->etag &&
+		    n->version == n->uploaded && !n->uploading)
+			node_remove(ov, n);
+		else if (n->removed && !n->lookups && !n->opens)
 			g_hash_table_remove(ov->by_node, &n->node);
 	}
 	g_mutex_unlock(&ov->lock);
@@ -301,6 +310,11 @@ gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error)
 
 	g_mutex_lock(&ov->lock);
 	n = g_hash_table_lookup(ov->by_key, key);
+	/* An upload still in flight would bring the object back. */
+	while (n && n->uploading) {
+		g_cond_wait(&ov->idle, &ov->lock);
+		n = g_hash_table_lookup(ov->by_key, key);
+	}
 	known = n && !n->removed && !n->is_dir;
 	g_mutex_unlock(&ov->lock);
 	if (!known) {
@@ -429,6 +443,8 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 	}
 	key = g_strdup(n->key);
 	args.if_match = n->etag && *n->etag ? g_strdup(n->etag) : NULL;
+	/* The size S3 gave, so the body limit fits it (0: to the end). */
+	args.length = n->size;
 	n->opens++; /* keeps the node while we fetch */
 	g_mutex_unlock(&ov->lock);
 
@@ -486,8 +502,14 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		return FALSE;
 	}
 	g_mutex_lock(&f->ov->lock);
-	if (n->data->len < off + size)
+	if (n->data->len < off + size) {
+		guint old = n->data->len;
+
 		g_byte_array_set_size(n->data, off + size);
+		/* A write past the end leaves a hole: zeros, as in a file. */
+		if (off > old)
+			memset(n->data->data + old, 0, off - old);
+	}
 	memcpy(n->data->data + off, buf, size);
 	n->size = n->data->len;
 	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
@@ -539,8 +561,13 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	g_autoptr(GBytes) body = NULL;
 	g_autofree char *key = NULL;
 	guint64 version;
+	gboolean ok;
 
 	g_mutex_lock(&ov->lock);
+	/* One upload of a node at a time, so the last version written is
+	 * the last one S3 takes. */
+	while (n->uploading)
+		g_cond_wait(&ov->idle, &ov->lock);
 	if (!f->writable || n->removed || n->version == n->uploaded) {
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
@@ -548,14 +575,19 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	version = n->version;
 	body = g_bytes_new(n->data->data, n->data->len);
 	key = g_strdup(n->key);
+	n->uploading = TRUE;
 	g_mutex_unlock(&ov->lock);
 
-	if (!s3_put(ov->s3, key, body, NULL, &meta, error)) {
+	ok = s3_put(ov->s3, key, body, NULL, &meta, error);
+	g_mutex_lock(&ov->lock);
+	n->uploading = FALSE;
+	g_cond_broadcast(&ov->idle);
+	if (!ok) {
+		g_mutex_unlock(&ov->lock);
 		g_prefix_error(error, "upload of '%s' at close: ", key);
 		f->failed = TRUE;
 		return FALSE;
 	}
-	g_mutex_lock(&ov->lock);
 	if (version > n->uploaded) {
 		n->uploaded = version;
 		g_free(n->etag);
@@ -565,6 +597,12 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	g_mutex_unlock(&ov->lock);
 	s3_object_meta_clear(&meta);
 	return TRUE;
+}
+
+void overlay_discard(struct ov_file *f)
+{
+	f->failed = TRUE;
+	overlay_release(f);
 }
 
 void overlay_release(struct ov_file *f)

@@ -114,6 +114,9 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 /* PUTs the file if it changed since its last upload. */
 gboolean overlay_flush(struct ov_file *f, GError **error);
 
+/* Closes without uploading: the open never reached the caller. */
+void overlay_discard(struct ov_file *f);
+
 /* Closes; uploads first if still dirty and no upload through this handle
  * failed yet (the error is logged). */
 void overlay_release(struct ov_file *f);

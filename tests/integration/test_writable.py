@@ -194,6 +194,35 @@ class WritableTest(unittest.TestCase):
         self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
         os.unlink(p)
 
+    def test_holes_large_files_and_other_users(self):
+        m = self.mount("holes", "writable", "write_max=100000000",
+                       "allow_other")
+        # A write past the end leaves zeros, never old heap bytes.
+        fd = os.open(m.path(".sparse"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.pwrite(fd, b"end", 70_000)
+        os.close(fd)
+        self.assertEqual(self.s3_get(".sparse"), bytes(70_000) + b"end")
+        os.unlink(m.path(".sparse"))
+        # Over 64 MiB (the default body limit): reopened and read back.
+        big = os.urandom(1 << 20) * 70
+        with open(m.path(".big"), "wb") as f:
+            f.write(big)
+        with open(m.path(".big"), "rb") as f:
+            self.assertEqual(f.read(), big)
+        os.unlink(m.path(".big"))
+        # With allow_other, a user other than root may make names.
+        import subprocess
+        nobody = ["setpriv", "--reuid=65534", "--regid=65534",
+                  "--clear-groups"]
+        r = subprocess.run(nobody + ["sh", "-c",
+                                     f"echo hi > {m.path('.by-nobody')} && "
+                                     f"mkdir {m.path('nobodys')} && "
+                                     f"rmdir {m.path('nobodys')}"],
+                           capture_output=True)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(self.s3_get(".by-nobody"), b"hi\n")
+        os.unlink(m.path(".by-nobody"))
+
     def test_upload_failure_reaches_close(self):
         m = self.mount("fail", "writable", "max_attempts=2")
         self.server.faults([{"op": "PUT", "kind": "status", "status": 403,
