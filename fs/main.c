@@ -60,7 +60,7 @@ struct mount {
 	char *pub_bucket;     /* index_url split */
 	char *pub_key;
 	gboolean fallback_fail; /* index_url_fallback=fail */
-	GMutex fetch_lock;	/* one build or fetch at a time */
+	GMutex fetch_lock;	/* one fetch of index_url at a time */
 };
 
 /* clang-format off */
@@ -446,6 +446,7 @@ static gboolean write_atomically(const char *path, const char *data,
 
 	if (fd < 0)
 		goto fail;
+	errno = EIO; /* a short write sets none */
 	if (write(fd, data, len) != (ssize_t)len || fsync(fd) != 0) {
 		e = errno;
 		close(fd);
@@ -909,7 +910,8 @@ static void reloader_start(struct reloader *r)
 		r->refresh = g_thread_new("bfs-refresh", refresh_thread, r);
 }
 
-/* Ends the reloader's threads; one busy rebuilding finishes first. */
+/* Ends the reloader's threads (after s3_shutdown(): their requests fail at
+ * once; a running index check ends first). */
 static void reloader_stop(struct reloader *r)
 {
 	g_mutex_lock(&r->lock);
@@ -970,10 +972,12 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		     : 1;
 	fuse_loop_cfg_destroy(lc);
 	log_msg(LOG_LEVEL_NOTICE, "unmounting %s", m->mountpoint);
+	/* S3 first: a background rebuild or fetch then fails at once
+	 * instead of keeping the mount attached and unserved. */
+	fs_stop(fs);
 	reloader_stop(&r);
 	g_mutex_clear(&r.lock);
 	g_cond_clear(&r.cond);
-	fs_stop(fs);
 out_unmount:
 	fuse_session_unmount(se);
 out_handlers:

@@ -43,6 +43,7 @@ struct fs {
 	struct gen *current; /* protected by lock */
 	GHashTable *gens;    /* protected by lock: number -> struct gen */
 	GHashTable *handles; /* protected by lock: open struct handle set */
+	gboolean stopped;    /* fs_stop() ran; main thread */
 	guint64 next_gen;    /* protected by lock */
 	/* Listing-order detection, protected by lock. */
 	struct index *last_idx; /* not a reference: compared only */
@@ -1424,12 +1425,11 @@ void fs_stop(struct fs *fs)
 {
 	GList *open, *l;
 
-	if (!fs->s3)
+	if (!fs->s3 || fs->stopped)
 		return;
-	log_summary(fs);
+	fs->stopped = TRUE;
 	g_mutex_lock(&fs->lock);
 	open = g_hash_table_get_keys(fs->handles);
-	g_hash_table_steal_all(fs->handles);
 	g_mutex_unlock(&fs->lock);
 	/* Written files still open are uploaded now, or logged as lost. */
 	for (l = open; l; l = l->next) {
@@ -1440,28 +1440,29 @@ void fs_stop(struct fs *fs)
 			h->of = NULL;
 		}
 	}
-	g_clear_pointer(&fs->ov, overlay_free);
-	/* Reads in flight are answered (cancelled) while the kernel still
-	 * listens, before their buffers go. */
-	g_clear_pointer(&fs->s3, s3_free);
-	for (l = open; l; l = l->next) {
-		struct handle *h = l->data;
-
-		if (h->rf)
-			readahead_release(h->rf);
-		g_free(h->key);
-		g_free(h);
-	}
 	g_list_free(open);
-	g_clear_pointer(&fs->ra, readahead_free);
+	log_summary(fs);
+	/* Reads in flight are answered (cancelled) while the kernel still
+	 * listens, and the background threads' requests fail at once. */
+	s3_shutdown(fs->s3);
 }
 
 void fs_free(struct fs *fs)
 {
+	GHashTableIter it;
+	struct handle *h;
+
 	if (!fs)
 		return;
 	fs_stop(fs);
+	/* The files the kernel never released. */
+	g_hash_table_iter_init(&it, fs->handles);
+	while (g_hash_table_iter_next(&it, (gpointer *)&h, NULL))
+		handle_destroy(h);
 	g_hash_table_unref(fs->handles);
+	overlay_free(fs->ov);
+	s3_free(fs->s3);
+	readahead_free(fs->ra);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);

@@ -60,10 +60,12 @@ void fs_set_s3(struct fs *fs, struct s3 *s3);
 void fs_set_session(struct fs *fs, struct fuse_session *se);
 
 /*
- * After the session loop: logs the counters, uploads written files left
- * open, answers reads still in flight (cancelled) while the channel is
- * still open, and closes the files the kernel never released.  Main
- * thread; before fuse_session_unmount().
+ * After the session loop: uploads written files left open, logs the
+ * counters, and shuts the S3 client down (s3_shutdown()): reads still in
+ * flight are answered (cancelled) while the channel is still open, and
+ * other threads' S3 calls fail at once from then on.  Main thread;
+ * before fuse_session_unmount().  fs_free() closes the files the kernel
+ * never released.
  */
 void fs_stop(struct fs *fs);
 

@@ -1516,17 +1516,23 @@ fail:
 	return NULL;
 }
 
+void http_shutdown(struct http *http)
+{
+	if (!http || !http->thread)
+		return;
+	pthread_mutex_lock(&http->lock);
+	http->stopping = TRUE;
+	pthread_mutex_unlock(&http->lock);
+	curl_multi_wakeup(http->multi);
+	g_thread_join(http->thread);
+	http->thread = NULL;
+}
+
 void http_free(struct http *http)
 {
 	if (!http)
 		return;
-	if (http->thread) {
-		pthread_mutex_lock(&http->lock);
-		http->stopping = TRUE;
-		pthread_mutex_unlock(&http->lock);
-		curl_multi_wakeup(http->multi);
-		g_thread_join(http->thread);
-	}
+	http_shutdown(http);
 	/* Closes the idle connections, through on_close_socket(). */
 	g_clear_pointer(&http->multi, curl_multi_cleanup);
 	g_clear_pointer(&http->live, g_hash_table_unref);

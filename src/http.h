@@ -199,10 +199,15 @@ typedef void (*http_done_fn)(struct http_request *req,
 struct http *http_new(const struct http_options *opts, GError **error);
 
 /*
- * Stops the event thread, cancels every request, queued, in backoff,
- * running or hedged (done() is called once each, with ECANCELED, on the
- * calling thread) and frees the engine.  Not from a callback.
+ * Stops the event thread and cancels every request, queued, in backoff,
+ * running or hedged (done() is called once each, with ECANCELED); every
+ * later http_submit() fails at once the same way, on the submitting
+ * thread.  The engine stays valid (counters included) until http_free().
+ * Idempotent.  Not from a callback.
  */
+void http_shutdown(struct http *http);
+
+/* http_shutdown(), then frees the engine.  Not from a callback. */
 void http_free(struct http *http);
 
 /*

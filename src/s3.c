@@ -1085,6 +1085,12 @@ fail:
 	return NULL;
 }
 
+void s3_shutdown(struct s3 *s3)
+{
+	if (s3)
+		http_shutdown(s3->http);
+}
+
 void s3_free(struct s3 *s3)
 {
 	if (!s3)

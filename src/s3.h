@@ -62,6 +62,13 @@ struct s3 *s3_new(const struct config *cfg, GError **error);
 struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 			     GError **error);
 
+/*
+ * Cancels what is in flight or queued (ECANCELED) and makes every later
+ * call fail at once with ECANCELED; @s3 stays valid until s3_free().
+ * For a shutdown that must not wait on the network.  Not from a callback.
+ */
+void s3_shutdown(struct s3 *s3);
+
 /* Cancels what is in flight (ECANCELED) and frees.  Not from a callback. */
 void s3_free(struct s3 *s3);
 

@@ -372,6 +372,31 @@ class MountTest(unittest.TestCase):
         self.assertIn("index_max_age: now serving", m.output())
         self.unmount(m)
 
+    def test_sigterm_during_a_background_rebuild(self):
+        # The rebuild's listing stalls (30 s per LIST); SIGTERM must not
+        # wait for it: the S3 client is shut down first, the rebuild
+        # fails at once, the daemon exits 0 and the mount is gone.
+        harness.put_object(self.server.url, "age", "first", b"1")
+        m = self.mount("s3://age", self.index("age-term"), "index_max_age=1")
+        self.server.faults([{"op": "LIST", "bucket": "age", "kind": "delay",
+                             "seconds": 30}])
+        deadline = time.monotonic() + 20
+        while self.server.stats()["requests"]["LIST"] == 0 or \
+                not any(r["matched"] for r in
+                        self.server.control("GET", "faults")["rules"]):
+            self.assertLess(time.monotonic(), deadline, m.output())
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        m.proc.send_signal(signal.SIGTERM)
+        status = m.proc.wait(20)
+        self.assertLess(time.monotonic() - t0, 10, m.output())
+        self.assertEqual(status, 0, m.output())
+        self.assertFalse(os.path.ismount(m.dir))
+        self.server.clear_faults()
+        self.mounts.remove(m)
+        m.logf.close()
+        os.rmdir(m.dir)
+
     def test_relative_paths(self):
         # libfuse works from "/" once mounted: relative paths must have
         # been made absolute before, or unmount and SIGHUP would miss.
