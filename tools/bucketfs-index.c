@@ -14,11 +14,13 @@
  * so that mounts elsewhere take it with -o index_url= instead of listing.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
 
 #include "config.h"
 #include "error.h"
@@ -183,6 +185,38 @@ static struct index *open_checked(struct tool *t, GError **error)
 	return idx;
 }
 
+/*
+ * Maps the file at @path if it is still the one @st describes (the one
+ * open_checked() verified); EAGAIN if another file took its place.
+ */
+static GMappedFile *map_checked(const char *path, const struct stat *st,
+				GError **error)
+{
+	struct stat now;
+	GMappedFile *map;
+	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+
+	if (fd < 0 || fstat(fd, &now) != 0) {
+		int e = errno;
+
+		if (fd >= 0)
+			close(fd);
+		g_set_error(error, BFS_ERROR, e, "%s: %s", path, g_strerror(e));
+		return NULL;
+	}
+	if (now.st_dev != st->st_dev || now.st_ino != st->st_ino) {
+		close(fd);
+		g_set_error(error, BFS_ERROR, EAGAIN,
+			    "%s was replaced while it was being checked (a "
+			    "mount's rebuild?): publish again",
+			    path);
+		return NULL;
+	}
+	map = g_mapped_file_new_from_fd(fd, FALSE, error);
+	close(fd);
+	return map;
+}
+
 static int cmd_publish(struct tool *t)
 {
 	g_autoptr(GError) error = NULL;
@@ -195,13 +229,15 @@ static int cmd_publish(struct tool *t)
 	gboolean tty = !t->quiet && isatty(STDERR_FILENO);
 	gint64 t0;
 	double secs;
-	gboolean ok;
+	gboolean ok, checked = FALSE;
+	struct stat st;
 
 	if (!publish_target(t, &bucket, &key, &error)) {
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);
 		return 2;
 	}
 	if (!t->build) {
+		checked = stat(t->path, &st) == 0;
 		idx = open_checked(t, &error);
 		if (!idx && error->code != ENOENT) {
 			fprintf(stderr,
@@ -215,14 +251,20 @@ static int cmd_publish(struct tool *t)
 	if (!idx) {
 		if (cmd_build(t) != 0)
 			return 1;
+		checked = stat(t->path, &st) == 0;
 		idx = open_checked(t, &error);
 		if (!idx) {
 			fprintf(stderr, "bucketfs-index: %s\n", error->message);
 			return 1;
 		}
 	}
-	/* Mapped, not read: the body goes to curl from the page cache. */
-	map = g_mapped_file_new(t->path, FALSE, &error);
+	/* Mapped, not read: the body goes to curl from the page cache.  The
+	 * file mapped must be the one checked: a mount's rebuild may rename
+	 * a new one into place meanwhile. */
+	map = checked ? map_checked(t->path, &st, &error) : NULL;
+	if (!checked && !error)
+		g_set_error(&error, BFS_ERROR, errno, "%s: %s", t->path,
+			    g_strerror(errno));
 	index_unref(idx);
 	if (!map) {
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);

@@ -62,20 +62,27 @@ static void read_s3(struct s3 *s3, const struct s3_object *o, guint64 chunk,
 {
 	double t0 = compare_now();
 	guint64 off = 0;
+	g_autofree char *first = NULL;
 
 	do {
 		struct s3_get_args a = {
 			.offset = off,
 			.length = o->size <= chunk ? 0
 						   : MIN(chunk, o->size - off),
-			.if_match = if_match ? o->etag : NULL,
+			.if_match = if_match ? o->etag : first,
 			.endpoint = -1,
 			.hedge = o->size <= chunk,
 		};
-		g_autoptr(GBytes) b = s3_get(s3, o->key, &a, NULL, &r->error);
+		struct s3_object_meta meta = { 0 };
+		g_autoptr(GBytes) b = s3_get(s3, o->key, &a, &meta, &r->error);
 		gsize len;
 		const void *p;
 
+		/* Later parts must come from the object the first came
+		 * from: a replaced one gives ESTALE, never a mixed hash. */
+		if (!first && meta.etag)
+			first = g_strdup(meta.etag);
+		s3_object_meta_clear(&meta);
 		if (!b)
 			return;
 		p = g_bytes_get_data(b, &len);
