@@ -1722,16 +1722,31 @@ static gboolean file_place(struct index_writer *w, guint d, const char *name,
 }
 
 /* The counter of the reason a component cannot be a name, or NULL. */
+enum index_component index_component_check(const char *s, gsize len)
+{
+	if (len == 0)
+		return INDEX_COMPONENT_EMPTY;
+	if (s[0] == '.' && (len == 1 || (len == 2 && s[1] == '.')))
+		return INDEX_COMPONENT_DOT;
+	if (len > INDEX_NAME_MAX)
+		return INDEX_COMPONENT_LONG;
+	return INDEX_COMPONENT_OK;
+}
+
+/* The counter of keys skipped for component @s, or NULL if it's a name. */
 static guint64 *component_reason(struct index_writer *w, const char *s,
 				 gsize len)
 {
-	if (len == 0)
+	switch (index_component_check(s, len)) {
+	case INDEX_COMPONENT_EMPTY:
 		return &w->st.skipped_empty;
-	if (s[0] == '.' && (len == 1 || (len == 2 && s[1] == '.')))
+	case INDEX_COMPONENT_DOT:
 		return &w->st.skipped_dot;
-	if (len > INDEX_NAME_MAX)
+	case INDEX_COMPONENT_LONG:
 		return &w->st.skipped_long;
-	return NULL;
+	default:
+		return NULL;
+	}
 }
 
 /*

@@ -68,6 +68,21 @@
 /* The deepest path shown, in components; deeper keys are skipped. */
 #define INDEX_DEPTH_MAX 1024
 
+/* Why one component of a key (between slashes) can't be a name. */
+enum index_component {
+	INDEX_COMPONENT_OK,
+	INDEX_COMPONENT_EMPTY, /* "a//b", "/a" */
+	INDEX_COMPONENT_DOT,   /* "." or ".." */
+	INDEX_COMPONENT_LONG,  /* over INDEX_NAME_MAX bytes */
+};
+
+/*
+ * The rule the index applies to each component of a key (@len bytes at
+ * @s): a key with a component other than OK is not shown.  Pure; any
+ * thread.
+ */
+enum index_component index_component_check(const char *s, gsize len);
+
 /* st_ino of the root directory (FUSE's root node id); no key gets it. */
 #define INDEX_ROOT_INO ((guint64)1)
 

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * compare_keys.c - the key rules of docs/INDEX-FORMAT.md, per key.  Keep
- * in step with key_place() and component_reason() in src/index.c.
+ * compare_keys.c - the key rules of docs/INDEX-FORMAT.md, per key.  The
+ * rule for one component is the index's own (index_component_check());
+ * the walk over the components mirrors key_place() in src/index.c.
  */
 #include <string.h>
 
@@ -10,13 +11,16 @@
 
 static enum compare_key_kind component_kind(const char *s, gsize len)
 {
-	if (len == 0)
+	switch (index_component_check(s, len)) {
+	case INDEX_COMPONENT_EMPTY:
 		return COMPARE_KEY_EMPTY;
-	if (s[0] == '.' && (len == 1 || (len == 2 && s[1] == '.')))
+	case INDEX_COMPONENT_DOT:
 		return COMPARE_KEY_DOT;
-	if (len > INDEX_NAME_MAX)
+	case INDEX_COMPONENT_LONG:
 		return COMPARE_KEY_LONG;
-	return COMPARE_KEY_FILE;
+	default:
+		return COMPARE_KEY_FILE;
+	}
 }
 
 enum compare_key_kind compare_key_classify(const char *rel, gsize len,

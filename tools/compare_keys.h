@@ -4,12 +4,12 @@
  * rules of docs/INDEX-FORMAT.md ("From keys to paths"), per key, for
  * bucketfs-compare.
  *
- * src/index applies the same rules inside index_writer_add() but only
- * exposes their counts, so they are restated here, rule for rule (the
- * index.c function is key_place()).  The one rule that needs the whole
- * listing, an object hidden by a directory of the same name, is left to
- * the caller: it knows every directory the listing makes (see
- * compare_key_classify()'s @dir_len).
+ * The rule for one component is the index's (index_component_check());
+ * the walk over a key's components is restated from key_place() in
+ * src/index.c, which applies it while building and keeps only counts.  The one
+ * rule that needs the whole listing, an object hidden by a directory of the
+ * same name, is left to the caller: it knows every directory the listing makes
+ * (see compare_key_classify()'s @dir_len).
  *
  * Pure functions: no I/O, any thread.
  */
