@@ -1,12 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http.h - the HTTP engine: one libcurl multi event thread per engine.
+ * http.h - the HTTP engine: one libcurl multi event thread per engine,
+ * and two threads that run the requests' done callbacks.
  *
  * The engine owns the endpoints, the connection pool and the retry policy.
  * Callers build a struct http_request, hand it to http_submit() from any
- * thread and return; the event thread runs it, retries it, and finally calls
- * the request's done callback on the event thread.  Only the event thread
- * ever touches curl handles.
+ * thread and return; the event thread runs it, retries it, and finally
+ * hands it to a done thread, which calls the request's done callback (so a
+ * caller's work on a body overlaps the transfers still running).  Only the
+ * event thread ever touches curl handles.
  *
  * What happens to a request:
  *
@@ -182,11 +184,14 @@ typedef enum http_verdict (*http_judge_fn)(const struct http_response *resp,
 					   void *data, GError **error);
 
 /*
- * Called exactly once per request, on the event thread (or on the thread
- * calling http_free() for requests cancelled by shutdown).  On success
+ * Called exactly once per request, on one of the engine's done threads
+ * (two of them: callbacks of different requests may run at the same time),
+ * or on the submitting thread for a request refused after shutdown.  On
+ * success
  * @error is NULL and @resp the judged response; on failure @error holds
  * the whole cause chain (owned by the engine, copy it to keep it) and
- * @resp is the last response or NULL.  It must not block.
+ * @resp is the last response or NULL.  It must not block, nor wait for
+ * another request.
  */
 typedef void (*http_done_fn)(struct http_request *req,
 			     struct http_response *resp, const GError *error,
@@ -200,7 +205,8 @@ struct http *http_new(const struct http_options *opts, GError **error);
 
 /*
  * Stops the event thread and cancels every request, queued, in backoff,
- * running or hedged (done() is called once each, with ECANCELED); every
+ * running or hedged (done() is called once each, with ECANCELED), and
+ * returns once every done() has returned; every
  * later http_submit() fails at once the same way, on the submitting
  * thread.  The engine stays valid (counters included) until http_free().
  * Idempotent.  Not from a callback.

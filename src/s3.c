@@ -49,7 +49,8 @@ enum call_kind {
 
 /*
  * One S3 call.  Built by the caller's thread, then owned by the HTTP
- * request (freed through its data_free) and used on the event thread only.
+ * request (freed through its data_free): used on the event thread, then
+ * by done() on a done thread.
  */
 struct call {
 	struct s3 *s3;
@@ -71,7 +72,7 @@ struct call {
 	struct sync *sync; /* blocking calls */
 };
 
-/* A blocking caller waits here for the event thread. */
+/* A blocking caller waits here for the engine. */
 struct sync {
 	GMutex lock;
 	GCond cond;

@@ -92,9 +92,9 @@ struct s3_get_args {
 };
 
 /*
- * Called once when a GET ends, on the HTTP event thread; it must not
- * block.  On success @data holds exactly the bytes asked for (fewer only
- * at the end of the object) and @error is NULL; on failure @data is NULL.
+ * Called once when a GET ends, on an HTTP done thread (see http.h); it
+ * must not block.  On success @data holds exactly the bytes asked for (fewer
+ * only at the end of the object) and @error is NULL; on failure @data is NULL.
  * @data and @meta are borrowed for the call; take a ref to keep @data.
  */
 typedef void (*s3_get_done_fn)(GBytes *data, const struct s3_object_meta *meta,
@@ -108,7 +108,7 @@ void s3_get_async(struct s3 *s3, const char *key,
 /*
  * Blocking GET.  Returns the bytes (owned by the caller) and fills @meta
  * if not NULL (clear it with s3_object_meta_clear()).  Any thread except
- * the HTTP event thread.
+ * the HTTP engine's own.
  */
 GBytes *s3_get(struct s3 *s3, const char *key, const struct s3_get_args *args,
 	       struct s3_object_meta *meta, GError **error);
@@ -124,7 +124,7 @@ gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
  * application/octet-stream).  One request: S3 takes up to 5 GiB that way
  * (larger bodies fail with the server's EntityTooLarge, EINVAL).  Fills
  * @meta (the new ETag, request id; size = the body's) if not NULL.
- * Errors as for GET.  Any thread except the HTTP event thread.
+ * Errors as for GET.  Any thread except the HTTP engine's own.
  */
 gboolean s3_put(struct s3 *s3, const char *key, GBytes *body,
 		const char *content_type, struct s3_object_meta *meta,
@@ -133,7 +133,7 @@ gboolean s3_put(struct s3 *s3, const char *key, GBytes *body,
 /*
  * Blocking DeleteObject of @key.  S3 answers 204 whether or not the key
  * existed; a server that answers 404 gives ENOENT.  Fills @meta if not
- * NULL.  Errors as for GET.  Any thread except the HTTP event thread.
+ * NULL.  Errors as for GET.  Any thread except the HTTP engine's own.
  */
 gboolean s3_delete(struct s3 *s3, const char *key, struct s3_object_meta *meta,
 		   GError **error);
@@ -152,7 +152,7 @@ typedef void (*s3_progress_fn)(guint64 done, guint64 total, void *user);
  * after the other.  @progress (may be NULL) is called after each part on
  * the calling thread.  Nothing is truncated, synced or closed.  Errors:
  * those of GET; EIO for a part shorter than asked; the errno of a failed
- * pwrite().  Blocking; any thread except the HTTP event thread.
+ * pwrite().  Blocking; any thread except the HTTP engine's own.
  */
 gboolean s3_get_to_fd(struct s3 *s3, const char *key, guint64 size,
 		      const char *etag, guint64 part_size, int fd,
