@@ -1014,11 +1014,13 @@ static char *stats_json(struct fs *fs)
 		", \"direct_reads\": %" G_GUINT64_FORMAT
 		", \"prefetch_hits\": %" G_GUINT64_FORMAT
 		", \"prefetch_wasted\": %" G_GUINT64_FORMAT
+		", \"prefetch_late\": %" G_GUINT64_FORMAT
 		", \"prefetch_queued\": %u, \"memory_used\": %" G_GUINT64_FORMAT
 		", \"memory_max\": %" G_GUINT64_FORMAT "}}\n",
 		http_queued(http), rs.objects_fetched, rs.parts_fetched,
 		rs.direct_reads, rs.prefetch_hits, rs.prefetch_wasted,
-		rs.prefetch_queued, rs.memory_used, rs.memory_max);
+		rs.prefetch_late, rs.prefetch_queued, rs.memory_used,
+		rs.memory_max);
 	return g_string_free(out, FALSE);
 }
 
@@ -1411,9 +1413,11 @@ static void log_summary(struct fs *fs)
 		"readahead: %" G_GUINT64_FORMAT
 		" whole objects, %" G_GUINT64_FORMAT
 		" parts, %" G_GUINT64_FORMAT " direct reads, %" G_GUINT64_FORMAT
-		" prefetch hits, %" G_GUINT64_FORMAT " prefetches unused",
+		" prefetch hits, %" G_GUINT64_FORMAT
+		" prefetches unused, %" G_GUINT64_FORMAT
+		" announced files read before their prefetch",
 		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
-		rs.prefetch_hits, rs.prefetch_wasted);
+		rs.prefetch_hits, rs.prefetch_wasted, rs.prefetch_late);
 }
 
 void fs_set_session(struct fs *fs, struct fuse_session *se)

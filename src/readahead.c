@@ -97,10 +97,15 @@ struct readahead {
 	GMutex lock;
 	GHashTable *objects; /* key -> struct object *; under lock */
 	GQueue announced;    /* of struct announce *; under lock */
-	GQueue unopened;     /* of struct object *: announced, not opened,
-			      * in order; each holds a reference */
-	guint64 mem_used;    /* under lock */
-	struct ra_stats st;  /* under lock */
+	/* key -> how many of its announcements the readers got to before
+	 * their fetch started: pump() drops that many, the oldest, instead
+	 * of fetching again what was read already.  Under lock. */
+	GHashTable *overtaken;
+	GHashTable *queued; /* key -> its announcements in announced */
+	GQueue unopened;    /* of struct object *: announced, not opened,
+			     * in order; each holds a reference */
+	guint64 mem_used;   /* under lock */
+	struct ra_stats st; /* under lock */
 };
 
 /* -- small objects ------------------------------------------------------ */
@@ -241,6 +246,41 @@ static void drop_stale(struct readahead *ra)
 	}
 }
 
+/* Adds @delta to the count of @key in @counts (removed at 0). */
+static guint count_add(GHashTable *counts, const char *key, int delta)
+{
+	gpointer orig = NULL, val = NULL;
+	guint n = 0;
+
+	if (g_hash_table_lookup_extended(counts, key, &orig, &val))
+		n = GPOINTER_TO_UINT(val);
+	n += delta;
+	/* Taken out first: inserting over an existing key frees one copy. */
+	if (orig)
+		g_hash_table_steal(counts, key);
+	if (n)
+		g_hash_table_insert(counts, orig ? orig : g_strdup(key),
+				    GUINT_TO_POINTER(n));
+	else
+		g_free(orig);
+	return n;
+}
+
+/*
+ * @key is being opened: if an announcement of it still waits, the reader
+ * overtook the prefetcher, and that announcement is used up.  Under lock.
+ */
+static void consume_announcement(struct readahead *ra, const char *key)
+{
+	gpointer n = g_hash_table_lookup(ra->queued, key);
+
+	if (GPOINTER_TO_UINT(n) >
+	    GPOINTER_TO_UINT(g_hash_table_lookup(ra->overtaken, key))) {
+		count_add(ra->overtaken, key, 1);
+		ra->st.prefetch_late++;
+	}
+}
+
 /* Starts announced fetches while depth and memory allow.  Under lock. */
 static void pump(struct readahead *ra)
 {
@@ -250,11 +290,15 @@ static void pump(struct readahead *ra)
 	while ((a = g_queue_peek_head(&ra->announced))) {
 		struct object *obj;
 
-		if (ra->unopened.length >= ra->o.prefetch_depth ||
-		    ra->mem_used + a->size > ra->o.memory_max)
+		if (!g_hash_table_contains(ra->overtaken, a->key) &&
+		    (ra->unopened.length >= ra->o.prefetch_depth ||
+		     ra->mem_used + a->size > ra->o.memory_max))
 			break;
 		g_queue_pop_head(&ra->announced);
-		if (!g_hash_table_contains(ra->objects, a->key)) {
+		count_add(ra->queued, a->key, -1);
+		if (g_hash_table_contains(ra->overtaken, a->key)) {
+			count_add(ra->overtaken, a->key, -1);
+		} else if (!g_hash_table_contains(ra->objects, a->key)) {
 			obj = object_new(ra, a->key, a->etag, a->size);
 			obj->announced = TRUE;
 			g_queue_push_tail(&ra->unopened, obj);
@@ -276,6 +320,7 @@ void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
 	a->size = size;
 	g_mutex_lock(&ra->lock);
 	g_queue_push_tail(&ra->announced, a);
+	count_add(ra->queued, a->key, 1);
 	pump(ra);
 	g_mutex_unlock(&ra->lock);
 }
@@ -284,6 +329,8 @@ void readahead_forget_prefetches(struct readahead *ra)
 {
 	g_mutex_lock(&ra->lock);
 	g_queue_clear_full(&ra->announced, (GDestroyNotify)announce_free);
+	g_hash_table_remove_all(ra->queued);
+	g_hash_table_remove_all(ra->overtaken);
 	g_mutex_unlock(&ra->lock);
 }
 
@@ -571,6 +618,8 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 		f->parts = g_hash_table_new(g_int64_hash, g_int64_equal);
 	} else if (size > 0) {
 		obj = g_hash_table_lookup(ra->objects, key);
+		if (!obj || !obj->announced)
+			consume_announcement(ra, key);
 		if (obj && obj->announced) {
 			/* The announcement's reference becomes ours. */
 			obj->announced = FALSE;
@@ -679,6 +728,10 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 	ra->o.window_max = MAX(ra->o.window_max, ra->o.window_min);
 	g_mutex_init(&ra->lock);
 	ra->objects = g_hash_table_new(g_str_hash, g_str_equal);
+	ra->queued =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	ra->overtaken =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_queue_init(&ra->announced);
 	g_queue_init(&ra->unopened);
 	return ra;
@@ -704,6 +757,8 @@ void readahead_free(struct readahead *ra)
 		}
 	g_mutex_unlock(&ra->lock);
 	g_hash_table_unref(ra->objects);
+	g_hash_table_unref(ra->queued);
+	g_hash_table_unref(ra->overtaken);
 	g_mutex_clear(&ra->lock);
 	g_free(ra);
 }

@@ -20,7 +20,8 @@
  * the buffers held reach memory_max, and resumes as they are released;
  * demand reads always proceed, so nothing deadlocks on the budget.
  *
- * Completions run on the HTTP event thread: callbacks must not block.
+ * Completions run on the HTTP engine's done threads, two at a time:
+ * callbacks must not block.
  *
  * Lock order: readahead->lock, then a file's lock is never taken under it
  * (files are only touched by their own handle's calls and completions,
@@ -55,6 +56,8 @@ struct ra_stats {
 	guint64 direct_reads;	 /* ranged GETs for random reads */
 	guint64 prefetch_hits;	 /* opens that found a prefetch */
 	guint64 prefetch_wasted; /* prefetches dropped unopened */
+	guint64 prefetch_late;	 /* announced files opened before their
+				  * prefetch started (not fetched twice) */
 	guint64 memory_used;	 /* bytes held in buffers now */
 	guint64 memory_max;
 	guint prefetch_queued; /* announced, not yet started */

@@ -176,6 +176,28 @@ class ReadaheadTest(unittest.TestCase):
             os.setxattr(m.path("mid.bin"), "user.x", b"1")
         self.assertEqual(cm.exception.errno, errno.EROFS)
 
+    def test_hint_overtaken_by_readers_is_not_fetched_again(self):
+        # A reader ahead of the prefetcher opens announced files whose
+        # fetch has not started (depth 2): those are fetched on demand
+        # once, their announcements used up, and the prefetcher goes on
+        # with the rest instead of fetching them again for nobody.
+        m = self.mount("prefetch_depth=2")
+        order = sorted(self.small)[:12]
+        before = self.gets()
+        os.setxattr(m.dir, "user.bucketfs.prefetch", "\n".join(order).encode())
+        # No two opens in listing order, which would announce more.
+        for i in (11, 9, 7, 10, 8, 6, 5, 3, 1, 4, 2, 0):
+            with open(m.path(order[i]), "rb") as f:
+                self.assertEqual(f.read(), self.small[order[i]])
+        st = self.stats(m)["readahead"]
+        self.assertEqual(self.gets() - before, 12, st)
+        # The prefetcher, held at depth 2 until files 0 and 1 were opened,
+        # got to file 2 first (1 was opened before it), not to the others.
+        self.assertEqual(st["prefetch_hits"], 3, st)
+        self.assertEqual(st["prefetch_late"], 9, st)
+        self.assertEqual(st["prefetch_queued"], 0, st)
+        self.assertEqual(st["prefetch_wasted"], 0, st)
+
     def test_memory_budget_bounds_prefetch(self):
         m = self.mount("memory_max=1000000")
         before = self.gets()
