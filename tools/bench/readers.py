@@ -10,9 +10,14 @@ Three shapes:
                                            reading it (posix_fadvise DONTNEED),
                                            so every read reaches the daemon
   read_all(paths, procs, threads=T)        procs x T concurrent readers
+
+A "path" that starts with http:// is fetched with a GET instead (one
+keep-alive connection per process and endpoint, http.client): the same
+readers going to the endpoints directly, without a mount.
 """
 
 import array
+import http.client
 import math
 import multiprocessing
 import os
@@ -20,6 +25,7 @@ import random
 import signal
 import threading
 import time
+import urllib.parse
 
 CTX = multiprocessing.get_context("fork")
 
@@ -32,7 +38,37 @@ def percentile(sorted_vals, q):
     return sorted_vals[min(k, len(sorted_vals)) - 1]
 
 
+_CONNS = {}   # a reader process's connections, by host:port
+
+
+def _get_one(url, expect):
+    t0 = time.monotonic()
+    err = None
+    n = 0
+    u = urllib.parse.urlsplit(url)
+    conn = _CONNS.get(u.netloc)
+    try:
+        if conn is None:
+            conn = _CONNS[u.netloc] = http.client.HTTPConnection(u.netloc, timeout=60)
+        conn.request("GET", u.path)
+        resp = conn.getresponse()
+        data = resp.read()
+        n = len(data)
+        if resp.status != 200:
+            err = "HTTP %d" % resp.status
+        elif expect is not None and n != expect(url):
+            err = "short body: %d bytes" % n
+    except (OSError, http.client.HTTPException) as exc:
+        err = "%s: %s" % (type(exc).__name__, exc)
+        _CONNS.pop(u.netloc, None)
+        if conn is not None:
+            conn.close()
+    return t0, time.monotonic(), n, err
+
+
 def _read_one(path, expect, fadvise):
+    if path.startswith("http://"):
+        return _get_one(path, expect)
     t0 = time.monotonic()
     err = None
     n = 0

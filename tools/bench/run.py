@@ -340,7 +340,7 @@ class Bench:
         sec = self.res["sections"]["dlio"] = {"paths": {}, "files": len(ds.files),
                                               "procs": a.procs}
         paths = sec["paths"]
-        order = ["bucketfs", "direct", "s3fs", "rclone", "local"]
+        order = ["bucketfs", "direct", "direct-py", "s3fs", "rclone", "local"]
         for p in order:
             paths[p] = {"runs": [], "status": None}
         mounts = {}
@@ -371,6 +371,13 @@ class Bench:
                         elif p == "direct":
                             rig.warm(ds.paths())
                             res = self.curl_direct(ds, a.procs, r)
+                        elif p == "direct-py":
+                            rig.warm(ds.paths())
+                            urls = [self.rig.object_url(ds, k, i)
+                                    for i, k in enumerate(ds.files)]
+                            res = readers.read_all(urls, a.procs, seed=r,
+                                                   expect=lambda _: rig.RETINA_SIZE,
+                                                   timeout=a.run_timeout)
                         else:
                             rig.warm(ds.paths())
                             res = readers.read_all(ds.paths(), a.procs, seed=r,
