@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""A/B two bucketfs builds on the DLIO load, in one sitting.
+
+  tools/bench/ab.py A_BUILD_DIR B_BUILD_DIR [--runs N] [--files N]
+                    [--procs P] [--opts k=v,...] [--direct] [--hint]
+
+Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
+endpoints, listings from the test S3 server), then, --runs times: mounts
+build A, one DLIO pass (--procs reader processes, each file read once in a
+shuffled order, the page cache dropped first), unmounts; the same with
+build B.  Each pass prints files/s, p50/p99, the daemon's CPU per thread
+name (% of one core) and how busy the whole machine was; at the end the
+medians and B / A.  --direct adds, per round, the two direct S3 paths of
+run.py's dlio measurement (curl -Z, and the same readers doing GETs) as
+references.  --hint announces each pass's order (user.bucketfs.prefetch)
+before it starts.  Measures only: no report is written.
+
+A build directory is a meson build of any commit (for example
+`git worktree add /tmp/old HEAD~3 && meson setup /tmp/old/build /tmp/old
+&& meson compile -C /tmp/old/build`).  Needs root, like run.py.
+"""
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import readers  # noqa: E402
+import rig  # noqa: E402
+import run  # noqa: E402
+from rig import CLEANUP, log  # noqa: E402
+
+HINT_CHUNK = 60_000  # bytes of paths per setxattr (the limit is 64 KiB)
+
+
+def thread_cpu(pid):
+    """Clock ticks (user + system) used so far per thread name."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            st = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = st[st.index("(") + 1:st.rindex(")")]
+        fields = st[st.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
+    return out
+
+
+def machine_idle():
+    """(idle + iowait, total) jiffies of all CPUs so far."""
+    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
+    return v[3] + v[4], sum(v)
+
+
+def busy_since(before):
+    idle, total = machine_idle()
+    return 100.0 * (1 - (idle - before[0]) / max(1, total - before[1]))
+
+
+def announce(mnt, order):
+    os.setxattr(mnt, "user.bucketfs.prefetch", b"")  # drop what is queued
+    chunk, size = [], 0
+    for k in order:
+        if chunk and size + len(k) + 1 > HINT_CHUNK:
+            os.setxattr(mnt, "user.bucketfs.prefetch", "\n".join(chunk).encode())
+            chunk, size = [], 0
+        chunk.append(k)
+        size += len(k) + 1
+    if chunk:
+        os.setxattr(mnt, "user.bucketfs.prefetch", "\n".join(chunk).encode())
+
+
+def snapshot(build_dir, label):
+    """A private copy of @build_dir's bucketfs, so a rebuild meanwhile
+    cannot change what is measured."""
+    src = os.path.join(build_dir, "fs", "bucketfs")
+    if not os.path.exists(src):
+        raise SystemExit("ab.py: %s: no fs/bucketfs (not a built meson build directory)"
+                         % build_dir)
+    d = tempfile.mkdtemp(prefix="bfs-ab-%s-" % label, dir="/var/tmp")
+    CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
+    os.makedirs(os.path.join(d, "fs"))
+    shutil.copy2(src, os.path.join(d, "fs", "bucketfs"))
+    return d
+
+
+def mount_pass(r, ds, build, a, seed):
+    rig.BUILD = build  # rig.binary() looks there
+    run.cold(ds.paths(), ds.name)
+    with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=a.opts) as m:
+        order = list(ds.files)
+        random.Random(seed).shuffle(order)  # the order read_all() will use
+        if a.hint:
+            announce(m.mnt, order)
+        cpu0, idle0 = thread_cpu(m.proc.pid), machine_idle()
+        res = readers.read_all([m.path(k) for k in ds.files], a.procs, seed=seed,
+                               expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
+        cpu1, busy = thread_cpu(m.proc.pid), busy_since(idle0)
+        hz = os.sysconf("SC_CLK_TCK")
+        res["cpu"] = {k: 100.0 * (v - cpu0.get(k, 0)) / hz / res["wall_s"]
+                      for k, v in sorted(cpu1.items())}
+        res["busy"] = busy
+    return res
+
+
+def line(label, res):
+    s = "%-9s %7.0f files/s  p50 %5.1f ms  p99 %5.1f ms  errors %d" % (
+        label, res["files_s"], res["p50_ms"] or 0, res["p99_ms"] or 0, res["errors"])
+    if "busy" in res:
+        s += "  machine %3.0f%% busy" % res["busy"]
+    if res.get("cpu"):
+        s += "  daemon CPU%%: %s" % ", ".join(
+            "%s %.0f" % (k, v) for k, v in res["cpu"].items() if v >= 0.5)
+    return s
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("a_build", help="build directory of the baseline")
+    ap.add_argument("b_build", help="build directory of the candidate")
+    ap.add_argument("--runs", type=int, default=3, help="rounds (default 3)")
+    ap.add_argument("--files", type=int, default=20000, help="files (default 20,000)")
+    ap.add_argument("--procs", type=int, default=32, help="reader processes (default 32)")
+    ap.add_argument("--opts", default="", help="extra -o options for both mounts")
+    ap.add_argument("--direct", action="store_true",
+                    help="also run the direct S3 paths each round")
+    ap.add_argument("--hint", action="store_true",
+                    help="announce each pass's order before it starts")
+    ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
+                    help="where datasets live (default /var/tmp/bucketfs-bench)")
+    ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
+    a = ap.parse_args()
+    a.opts = [o for o in a.opts.split(",") if o]
+    if os.geteuid() != 0:
+        raise SystemExit("ab.py: needs root (it drops the page cache and mounts)")
+    builds = {"A": snapshot(os.path.abspath(a.a_build), "a"),
+              "B": snapshot(os.path.abspath(a.b_build), "b")}
+    ds = rig.retina_dataset(a.cache_dir, a.files)
+    r = rig.Rig(a.cache_dir, [ds])
+    results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
+    shim = argparse.Namespace(rig=r, a=argparse.Namespace(run_timeout=a.timeout))
+    try:
+        for i in range(a.runs):
+            for label in ("A", "B"):
+                res = mount_pass(r, ds, builds[label], a, i)
+                results[label].append(res)
+                log(line(label, res))
+            if a.direct:
+                rig.warm(ds.paths())
+                idle0 = machine_idle()
+                res = run.Bench.curl_direct(shim, ds, a.procs, i)
+                res["busy"] = busy_since(idle0)
+                results["curl -Z"].append(res)
+                log(line("curl -Z", res))
+                urls = [r.object_url(ds, k, j) for j, k in enumerate(ds.files)]
+                idle0 = machine_idle()
+                res = readers.read_all(urls, a.procs, seed=i,
+                                       expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
+                res["busy"] = busy_since(idle0)
+                results["py GETs"].append(res)
+                log(line("py GETs", res))
+    finally:
+        CLEANUP.run()
+    med = {k: statistics.median(x["files_s"] for x in v) for k, v in results.items() if v}
+    print("medians of %d: %s" % (a.runs, ", ".join("%s %.0f files/s" % kv for kv in med.items())))
+    print("B / A = %.2f" % (med["B"] / med["A"]))
+    for ref in ("curl -Z", "py GETs"):
+        if ref in med:
+            print("A / %s = %.2f, B / %s = %.2f" % (ref, med["A"] / med[ref], ref,
+                                                    med["B"] / med[ref]))
+
+
+if __name__ == "__main__":
+    main()
