@@ -140,6 +140,9 @@ def main():
     a.opts = [o for o in a.opts.split(",") if o]
     if os.geteuid() != 0:
         raise SystemExit("ab.py: needs root (it drops the page cache and mounts)")
+    os.makedirs(a.cache_dir, exist_ok=True)
+    lock_fd = run.one_at_a_time(a.cache_dir)  # noqa: F841 (held until exit)
+    rig.clear_stale()
     builds = {"A": snapshot(os.path.abspath(a.a_build), "a"),
               "B": snapshot(os.path.abspath(a.b_build), "b")}
     ds = rig.retina_dataset(a.cache_dir, a.files)
