@@ -817,9 +817,15 @@ out:
 	index_unref(idx);
 }
 
+/*
+ * A read waiting for its bytes.  It is answered once: by read_done(), or
+ * with EINTR by read_interrupted() when the kernel passes on a signal the
+ * reader caught (FUSE INTERRUPT); whoever sets @answered first replies.
+ */
 struct read_call {
 	fuse_req_t req;
 	char *key;
+	gint answered; /* atomic */
 };
 
 /* How a failed read reads in the log, past the cause chain. */
@@ -836,11 +842,33 @@ static const char *read_hint(int code)
 	}
 }
 
+/*
+ * libfuse calls this with the request's lock held, which
+ * fuse_req_interrupt_func() takes too: read_done() clears the hook that
+ * way before it replies, so the two never run at once.  The GET goes on;
+ * its bytes serve the next read of the file.
+ */
+static void read_interrupted(fuse_req_t req, void *data)
+{
+	struct read_call *rc = data;
+
+	if (g_atomic_int_compare_and_exchange(&rc->answered, 0, 1))
+		fuse_reply_err(req, EINTR);
+}
+
 static void read_done(const void *buf, gsize len, const GError *error,
 		      void *user)
 {
 	struct read_call *rc = user;
 
+	if (!g_atomic_int_compare_and_exchange(&rc->answered, 0, 1)) {
+		/* Interrupted and answered: the request is gone. */
+		g_free(rc->key);
+		g_free(rc);
+		return;
+	}
+	/* Returns once a running read_interrupted() has; none comes later. */
+	fuse_req_interrupt_func(rc->req, NULL, NULL);
 	if (error) {
 		const char *hint = read_hint(bfs_error_errno(error));
 		g_autofree char *k = log_escape(rc->key, -1);
@@ -876,6 +904,8 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rc = g_new0(struct read_call, 1);
 	rc->req = req;
 	rc->key = g_strdup(h->key);
+	/* Before the read starts: it may end (and free @rc) at once. */
+	fuse_req_interrupt_func(req, read_interrupted, rc);
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
 }
 

@@ -105,11 +105,15 @@ class Reader:
         assert json.loads(line) == {"opened": True}
 
     def result(self, timeout=BOUND):
-        """The reader's JSON result, or {"signal": N} if it died."""
+        """The reader's JSON result, {"signal": N} if a signal killed it,
+        or {"exit": N, "stderr": ...} if it died otherwise."""
         out, err = self.proc.communicate(timeout=timeout)
         if self.proc.returncode < 0:
             return {"signal": -self.proc.returncode}
-        return json.loads(out.strip().splitlines()[-1])
+        lines = out.strip().splitlines()
+        if len(lines) < 1 or not lines[-1].startswith("{"):
+            return {"exit": self.proc.returncode, "stderr": err[-600:]}
+        return json.loads(lines[-1])
 
     def kill(self):
         if self.proc.poll() is None:
@@ -318,22 +322,19 @@ class FuseFaults(unittest.TestCase):
     # -- signals to a blocked reader ----------------------------------------
 
     def test_sigalrm_to_a_blocked_reader(self):
-        # ops.c registers no FUSE INTERRUPT handler: a reader's signal does
-        # not cancel its GET, so read() returns when the GET gives up (or
-        # succeeds), within the retry bound, never later.
+        # FUSE INTERRUPT: the kernel passes on the signal the reader caught
+        # (alarm(1)); the daemon answers that read EINTR at once and the
+        # reader's handler runs (it raises), instead of the read waiting
+        # for the stalled GET to give up (2 attempts of stall_timeout 2 s,
+        # every GET stalled).  The GET goes on and serves the next read.
         m = self.mount()
-        self.stall_gets(count=1)
+        self.stall_gets()
         (rd,) = self.blocked_readers(m, 1, mode="alarm", first=10)
         res = rd.result()
-        self.assertLess(res["secs"], BOUND)
-        self.assertTrue(res.get("alarm") or res.get("errno") in
-                        (errno.EINTR, errno.ETIMEDOUT) or
-                        res.get("sha"), res)
-        if res.get("sha"):
-            import hashlib
-            self.assertEqual(res["sha"],
-                             hashlib.sha256(expected(10)).hexdigest())
         print(f"\n    SIGALRM: {res}", file=sys.stderr)
+        self.assertTrue(res.get("alarm"), res)
+        self.assertLess(res["secs"], 1.9, res)
+        self.server.clear_faults()
         self.assert_healthy(m, 10)
         self.assert_healthy(m, 11)
 
