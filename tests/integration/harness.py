@@ -188,6 +188,110 @@ def put_object(url, bucket, key, body, ak=AK, sk=SK, region="us-east-1"):
         raise RuntimeError(f"PUT {key!r}: HTTP {resp.status}: {text!r}")
 
 
+class Mount:
+    """bucketfs -f in the background; unmounted with fusermount3 -u."""
+
+    def __init__(self, url, endpoint, index, *opts, log, env=None):
+        self.dir = tempfile.mkdtemp(prefix="bfs-mnt-")
+        o = [f"endpoint={endpoint}", f"index={index}", *opts]
+        self.log = log
+        self.logf = open(self.log, "wb")
+        self.proc = subprocess.Popen(
+            [binary("bucketfs"), "-f", "-o", ",".join(o), url,
+             self.dir], stdout=self.logf, stderr=subprocess.STDOUT,
+            env=env or client_env())
+        deadline = time.monotonic() + 60
+        while not os.path.ismount(self.dir):
+            if self.proc.poll() is not None:
+                os.rmdir(self.dir)
+                self.logf.close()
+                raise RuntimeError(f"bucketfs exited {self.proc.returncode}:"
+                                   f" {self.output()}")
+            if time.monotonic() > deadline:
+                self.proc.kill()
+                raise RuntimeError("bucketfs did not mount: " + self.output())
+            time.sleep(0.02)
+
+    def output(self):
+        if not self.logf.closed:
+            self.logf.flush()
+        with open(self.log, "rb") as f:
+            return f.read().decode(errors="replace")
+
+    def path(self, *p):
+        return os.path.join(self.dir, *p)
+
+    def unmount(self):
+        rc = subprocess.run(["fusermount3", "-u", self.dir]).returncode
+        if rc != 0:
+            subprocess.run(["fusermount3", "-uz", self.dir])
+        try:
+            status = self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            status = self.proc.wait()
+        self.logf.close()
+        os.rmdir(self.dir)
+        return rc, status
+
+
+def cleanup_mounts(mounts):
+    """Unmounts what a test left mounted; reaps a daemon that died or never
+    mounted, and removes its mount point."""
+    for m in mounts:
+        if os.path.ismount(m.dir):
+            m.unmount()
+            continue
+        if m.proc.poll() is None:
+            m.proc.kill()
+        m.proc.wait()
+        if not m.logf.closed:
+            m.logf.close()
+        if os.path.isdir(m.dir):
+            os.rmdir(m.dir)
+
+
+class MountCase(unittest.TestCase):
+    """Base of the tests that mount.  setUpClass sets cls.tmp (a scratch
+    directory) and cls.server (a TestServer), and may add more servers to
+    cls.more_servers; they are stopped and removed after the class.  Each
+    test starts with the server's faults cleared (unless the class sets
+    reset_faults False) and ends with every mount in self.mounts unmounted
+    (or reaped) and every process in self.procs killed."""
+
+    tmp = None
+    server = None
+    more_servers = ()
+    reset_faults = True
+
+    @classmethod
+    def tearDownClass(cls):
+        for s in (cls.server, *cls.more_servers):
+            if s is not None:
+                s.stop()
+        if cls.tmp:
+            shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    @classmethod
+    def mkdir(cls, name):
+        p = os.path.join(cls.tmp, name)
+        os.makedirs(p, exist_ok=True)
+        return p
+
+    def setUp(self):
+        if self.reset_faults:
+            self.server.clear_faults()
+        self.mounts = []
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        cleanup_mounts(self.mounts)
+
+
 def run(args, env=None, timeout=120, input=None):
     return subprocess.run(args, env=env or client_env(), timeout=timeout,
                           capture_output=True, input=input)

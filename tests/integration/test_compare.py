@@ -10,16 +10,14 @@ import hashlib
 import http.client
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
 import time
-import unittest
 import urllib.parse
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from harness import Mount  # noqa: E402
 
 if not os.path.exists("/dev/fuse"):
     print("no /dev/fuse: skipping")
@@ -68,44 +66,7 @@ def signed(method, url, bucket, key, body=b""):
         raise RuntimeError(f"{method} {key}: HTTP {resp.status}")
 
 
-class Mount:
-    """bucketfs -f in the background; unmounted with fusermount3 -u."""
-
-    def __init__(self, url, endpoint, index, log):
-        self.dir = tempfile.mkdtemp(prefix="bfs-cmp-mnt-")
-        self.log = log
-        self.logf = open(log, "wb")
-        self.proc = subprocess.Popen(
-            [harness.binary("bucketfs"), "-f", "-o",
-             f"endpoint={endpoint},index={index}", url, self.dir],
-            stdout=self.logf, stderr=subprocess.STDOUT,
-            env=harness.client_env())
-        deadline = time.monotonic() + 60
-        while not os.path.ismount(self.dir):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.proc.kill()
-                self.proc.wait()
-                self.logf.close()
-                os.rmdir(self.dir)
-                raise RuntimeError("bucketfs did not mount: " +
-                                   open(log, errors="replace").read())
-            time.sleep(0.02)
-
-    def unmount(self):
-        rc = subprocess.run(["fusermount3", "-u", self.dir]).returncode
-        if rc != 0:
-            subprocess.run(["fusermount3", "-uz", self.dir])
-        try:
-            status = self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
-        self.logf.close()
-        os.rmdir(self.dir)
-        return rc, status
-
-
-class CompareTest(unittest.TestCase):
+class CompareTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-compare-")
@@ -130,32 +91,14 @@ class CompareTest(unittest.TestCase):
                                         "--bucket",
                                         f"tree={cls.mkdir('tree')}", *syn)
         cls.other = harness.TestServer("--bucket", f"bytes={b}")
+        cls.more_servers = (cls.other,)
         for k, v in TREE_KEYS.items():
             harness.put_object(cls.server.url, "tree", k, v)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        cls.other.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    @classmethod
-    def mkdir(cls, name):
-        p = os.path.join(cls.tmp, name)
-        os.makedirs(p, exist_ok=True)
-        return p
-
-    def setUp(self):
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            m.unmount()
 
     def mount(self, bucket):
         log = os.path.join(self.tmp, f"{bucket}-{time.monotonic_ns()}.log")
         m = Mount(f"s3://{bucket}", self.server.url,
-                  os.path.join(self.tmp, f"{bucket}.idx"), log)
+                  os.path.join(self.tmp, f"{bucket}.idx"), log=log)
         self.mounts.append(m)
         return m
 

@@ -23,7 +23,6 @@ import errno
 import os
 import random
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -33,7 +32,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_mount import Mount  # noqa: E402
+from harness import Mount  # noqa: E402
 
 sys.path.insert(0, os.path.join(harness.SRC, "tests", "s3server"))
 import s3server  # noqa: E402  (synthetic_bytes: the content we compare)
@@ -120,21 +119,6 @@ def delete_object(url, bucket, key):
         raise RuntimeError(f"DELETE {key}: HTTP {resp.status}")
 
 
-def cleanup(mounts):
-    """Unmounts what a test left mounted; reaps a daemon that died."""
-    for m in mounts:
-        if os.path.ismount(m.dir):
-            m.unmount()
-            continue
-        if m.proc.poll() is None:
-            m.proc.kill()
-        m.proc.wait()
-        if not m.logf.closed:
-            m.logf.close()
-        if os.path.isdir(m.dir):
-            os.rmdir(m.dir)
-
-
 class Blackhole:
     """A loopback TCP port whose connects never complete: a listening
     socket with backlog 0 that never accepts, its queue filled first, so
@@ -173,7 +157,7 @@ class Blackhole:
         self.listener.close()
 
 
-class FaultTestBase(unittest.TestCase):
+class FaultTestBase(harness.MountCase):
     """A server with a synthetic bucket of small objects ('syn') and one of
     large ones ('large'), both indexed once; mounts that clean up."""
 
@@ -202,18 +186,9 @@ class FaultTestBase(unittest.TestCase):
         if r.returncode != 0:
             raise RuntimeError(f"index build failed: {r.stderr!r}")
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
     def setUp(self):
-        self.server.clear_faults()
+        super().setUp()
         self.server.control("POST", "clock", {"offset_seconds": 0})
-        self.mounts = []
-
-    def tearDown(self):
-        cleanup(self.mounts)
 
     def mount(self, bucket, *opts, endpoint=None, env=None):
         log = os.path.join(self.tmp, f"mount-{time.monotonic_ns()}.log")
@@ -329,10 +304,12 @@ class EndpointTest(FaultTestBase):
         self.unmount(m)
 
 
-class TlsTest(unittest.TestCase):
+class TlsTest(harness.MountCase):
     """A test server speaking HTTPS with a self-signed certificate made
     here: without ca_file the read fails and the log names the TLS
     verification failure; with -o ca_file=CERT the same read works."""
+
+    reset_faults = False  # its control API speaks HTTPS too
 
     @classmethod
     def setUpClass(cls):
@@ -352,17 +329,6 @@ class TlsTest(unittest.TestCase):
             "--tls-cert", cls.cert, "--tls-key", cls.key)
         assert cls.server.url.startswith("https://")
         cls.idx = os.path.join(cls.tmp, "syn.idx")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.mounts = []
-
-    def tearDown(self):
-        cleanup(self.mounts)
 
     def mount(self, *opts):
         m = Mount("s3://syn", self.server.url, self.idx, *opts,

@@ -16,18 +16,16 @@
 import errno
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_mount import Mount  # noqa: E402
+from harness import Mount  # noqa: E402
 
 sys.path.insert(0, os.path.join(harness.SRC, "tests", "s3server"))
 import s3server  # noqa: E402
@@ -135,7 +133,7 @@ class BlackHole:
         self.sock.close()
 
 
-class FuseFaults(unittest.TestCase):
+class FuseFaults(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-faults-fuse-")
@@ -148,28 +146,15 @@ class FuseFaults(unittest.TestCase):
         if r.returncode != 0:
             raise RuntimeError(r.stderr)
 
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
     def setUp(self):
-        self.server.clear_faults()
-        self.mounts = []
+        super().setUp()
         self.readers = []
 
     def tearDown(self):
         self.server.clear_faults()
         for r in self.readers:
             r.kill()
-        for m in self.mounts:
-            if os.path.ismount(m.dir):
-                m.unmount()
-            elif m.proc.poll() is None:
-                m.proc.kill()
-                m.proc.wait()
-            if os.path.isdir(m.dir):
-                os.rmdir(m.dir)
+        super().tearDown()
 
     def mount(self, *opts, endpoint=None):
         log = os.path.join(self.tmp, f"mount-{time.monotonic_ns()}.log")

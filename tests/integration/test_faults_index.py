@@ -26,11 +26,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_mount import Mount  # noqa: E402
+from harness import Mount  # noqa: E402
 
 sys.path.insert(0, os.path.join(harness.SRC, "tests", "s3server"))
 import s3server  # noqa: E402
@@ -123,32 +122,13 @@ def big_key(i, n=BIG):
     return f"train/img_{i:0{len(str(n))}d}_of_{n}.jpeg"
 
 
-class Base(unittest.TestCase):
+class Base(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-faults-index-")
         cls.server = harness.TestServer(
             "--synthetic", f"big:{BIG}:{BIG_SIZE}",
             "--synthetic", f"kill:{KILL}:16")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.server.clear_faults()
-        self.mounts = []
-        self.procs = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            if os.path.ismount(m.dir):
-                m.unmount()
-        for p in self.procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
 
     def index(self, name):
         d = os.path.join(self.tmp, name)

@@ -18,6 +18,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from harness import Mount  # noqa: E402
 
 if not os.path.exists("/dev/fuse"):
     print("no /dev/fuse: skipping")
@@ -43,53 +44,6 @@ SHOWN = {k: v for k, v in TREE_KEYS.items()
          if k not in ("dir/", "both", "a//b", "x/./y", "x/../y", "n" * 300)}
 
 
-class Mount:
-    """bucketfs -f in the background; unmounted with fusermount3 -u."""
-
-    def __init__(self, url, endpoint, index, *opts, log, env=None):
-        self.dir = tempfile.mkdtemp(prefix="bfs-mnt-")
-        o = [f"endpoint={endpoint}", f"index={index}", *opts]
-        self.log = log
-        self.logf = open(self.log, "wb")
-        self.proc = subprocess.Popen(
-            [harness.binary("bucketfs"), "-f", "-o", ",".join(o), url,
-             self.dir], stdout=self.logf, stderr=subprocess.STDOUT,
-            env=env or harness.client_env())
-        deadline = time.monotonic() + 60
-        while not os.path.ismount(self.dir):
-            if self.proc.poll() is not None:
-                os.rmdir(self.dir)
-                self.logf.close()
-                raise RuntimeError(f"bucketfs exited {self.proc.returncode}:"
-                                   f" {self.output()}")
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                raise RuntimeError("bucketfs did not mount: " + self.output())
-            time.sleep(0.02)
-
-    def output(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def path(self, *p):
-        return os.path.join(self.dir, *p)
-
-    def unmount(self):
-        rc = subprocess.run(["fusermount3", "-u", self.dir]).returncode
-        if rc != 0:
-            subprocess.run(["fusermount3", "-uz", self.dir])
-        try:
-            status = self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
-        self.logf.close()
-        os.rmdir(self.dir)
-        return rc, status
-
-
 def walk(root):
     """Every file under root as {relative path: bytes}, via os.walk."""
     out = {}
@@ -101,7 +55,7 @@ def walk(root):
     return out
 
 
-class MountTest(unittest.TestCase):
+class MountTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-mount-")
@@ -135,26 +89,6 @@ class MountTest(unittest.TestCase):
                             with open(os.path.join(root, key), "wb") as f:
                                 f.write(key.encode())
         return root
-
-    @classmethod
-    def mkdir(cls, name):
-        p = os.path.join(cls.tmp, name)
-        os.makedirs(p, exist_ok=True)
-        return p
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.server.clear_faults()
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            if os.path.ismount(m.dir):
-                m.unmount()
 
     def mount(self, url, index, *opts, **kw):
         log = os.path.join(self.tmp, f"mount-{time.monotonic_ns()}.log")

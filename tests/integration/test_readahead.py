@@ -12,16 +12,15 @@ import subprocess
 import sys
 import threading
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_mount import Mount  # noqa: E402
+from harness import Mount  # noqa: E402
 
 MiB = 1 << 20
 
 
-class ReadaheadTest(unittest.TestCase):
+class ReadaheadTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         import tempfile
@@ -40,20 +39,6 @@ class ReadaheadTest(unittest.TestCase):
             with open(os.path.join(data, name), "wb") as f:
                 f.write(body)
         cls.server = harness.TestServer("--bucket", f"rahead={data}")
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        subprocess.run(["rm", "-rf", cls.tmp])
-
-    def setUp(self):
-        self.server.clear_faults()
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            if os.path.ismount(m.dir):
-                m.unmount()
 
     def mount(self, *opts, endpoints=None):
         eps = endpoints or [self.server.url]

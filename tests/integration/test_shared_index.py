@@ -8,14 +8,12 @@ is not downloaded again, SIGHUP fetches a new one, and PUT/DELETE errors
 are classified like GET's."""
 
 import os
-import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
@@ -119,7 +117,7 @@ class Mount:
         return rc, status
 
 
-class SharedIndexTest(unittest.TestCase):
+class SharedIndexTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-shared-")
@@ -139,20 +137,6 @@ class SharedIndexTest(unittest.TestCase):
             with open(os.path.join(root, k), "wb") as f:
                 f.write(v)
         return root
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.server.stop()
-        shutil.rmtree(cls.tmp, ignore_errors=True)
-
-    def setUp(self):
-        self.server.clear_faults()
-        self.mounts = []
-
-    def tearDown(self):
-        for m in self.mounts:
-            if m.failed is None and os.path.ismount(m.dir):
-                m.unmount()
 
     # -- helpers ---------------------------------------------------------
 

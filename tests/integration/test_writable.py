@@ -15,7 +15,7 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
-from test_mount import Mount  # noqa: E402
+from harness import Mount  # noqa: E402
 
 if not os.path.exists("/dev/fuse"):
     print("no /dev/fuse: skipping")
@@ -25,7 +25,7 @@ IMG = 322_624
 DATA = {f"train/img_{i}_of_4.jpeg": bytes([i]) * IMG for i in range(4)}
 
 
-class WritableTest(unittest.TestCase):
+class WritableTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
         cls.tmp = tempfile.mkdtemp(prefix="bfs-writable-")
@@ -34,14 +34,6 @@ class WritableTest(unittest.TestCase):
         cls.server = harness.TestServer("--bucket", f"mlds={cls.data}")
         for k, v in DATA.items():
             harness.put_object(cls.server.url, "mlds", k, v)
-        cls.mounts = []
-
-    @classmethod
-    def tearDownClass(cls):
-        for m in cls.mounts:
-            if m.proc.poll() is None:
-                m.unmount()
-        cls.server.stop()
 
     def mount(self, name, *opts):
         m = Mount("s3://mlds", self.server.url,
