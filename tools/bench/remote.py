@@ -11,7 +11,6 @@ the same credentials the same way.
 
 import concurrent.futures
 import os
-import shutil
 import tempfile
 import types
 
@@ -77,15 +76,7 @@ class RemoteRig:
             self.mount_opts.append("ca_file=%s" % a.ca_file)
 
     def _remove_tmp(self):
-        if self.logs_dir:
-            os.makedirs(self.logs_dir, exist_ok=True)
-            for name in os.listdir(self.tmp):
-                if name.endswith((".log", ".stderr")):
-                    try:
-                        shutil.copy(os.path.join(self.tmp, name), self.logs_dir)
-                    except OSError:
-                        pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        rig.remove_run_dir(self.tmp, self.logs_dir)
 
     def index_path(self, ds):
         return os.path.join(self.tmp, "%s.idx" % ds.name)

@@ -620,17 +620,9 @@ class Rig:
         self._passwd = self._rclone = None
 
     def _remove_tmp(self):
-        """Keeps the daemons' and servers' logs (logs_dir, if set), then
-        removes the run's directory."""
-        if self.logs_dir:
-            os.makedirs(self.logs_dir, exist_ok=True)
-            for name in os.listdir(self.tmp):
-                if name.endswith((".log", ".stderr", ".conf")) and name != "rclone.conf":
-                    try:
-                        shutil.copy(os.path.join(self.tmp, name), self.logs_dir)
-                    except OSError:
-                        pass
-        shutil.rmtree(self.tmp, ignore_errors=True)
+        # rclone.conf holds the test keys; the other configs are kept.
+        remove_run_dir(self.tmp, self.logs_dir, (".log", ".stderr", ".conf"),
+                       skip=("rclone.conf",))
 
     def index_path(self, ds):
         return os.path.join(self.tmp, "%s.idx" % ds.name)
@@ -660,6 +652,21 @@ class Rig:
 
     def object_url(self, ds, key, i=0):
         return "%s/%s/%s" % (self.endpoints.urls[i % len(self.endpoints.urls)], ds.name, key)
+
+
+def remove_run_dir(tmp, logs_dir, suffixes=(".log", ".stderr"), skip=()):
+    """Copies the daemons' and servers' logs (the files of @tmp whose names
+    end in one of @suffixes, but not those in @skip) to @logs_dir, if set,
+    then removes @tmp."""
+    if logs_dir:
+        os.makedirs(logs_dir, exist_ok=True)
+        for name in os.listdir(tmp):
+            if name.endswith(tuple(suffixes)) and name not in skip:
+                try:
+                    shutil.copy(os.path.join(tmp, name), logs_dir)
+                except OSError:
+                    pass
+    shutil.rmtree(tmp, ignore_errors=True)
 
 
 def clear_stale(cache_tmp_parent="/var/tmp"):
