@@ -25,6 +25,7 @@
 #include "error.h"
 #include "http.h"
 #include "log.h"
+#include "log_capture.h"
 
 /* -- the servers -------------------------------------------------------- */
 
@@ -313,57 +314,6 @@ static void server_set(struct server *s, int force_status, int extra_delay)
 static char *server_url(struct server *s)
 {
 	return g_strdup_printf("http://127.0.0.1:%d", s->port);
-}
-
-/* -- the log ------------------------------------------------------------ */
-
-struct capture {
-	pthread_mutex_t lock;
-	GPtrArray *lines; /* of "<level digit> <text>" */
-};
-
-static void capture_sink(enum log_level level, const char *line, void *data)
-{
-	struct capture *c = data;
-
-	pthread_mutex_lock(&c->lock);
-	g_ptr_array_add(c->lines, g_strdup_printf("%d %s", level, line));
-	pthread_mutex_unlock(&c->lock);
-}
-
-static void capture_start(struct capture *c)
-{
-	pthread_mutex_init(&c->lock, NULL);
-	c->lines = g_ptr_array_new_with_free_func(g_free);
-	log_set_sink(capture_sink, c);
-	log_set_level(LOG_LEVEL_DEBUG);
-	log_set_repeat_window(0);
-}
-
-static void capture_stop(struct capture *c)
-{
-	log_shutdown();
-	g_ptr_array_unref(c->lines);
-	pthread_mutex_destroy(&c->lock);
-}
-
-/* Lines at @level containing @needle; the first one in *@first. */
-static guint capture_count(struct capture *c, enum log_level level,
-			   const char *needle, char **first)
-{
-	guint i, n = 0;
-
-	pthread_mutex_lock(&c->lock);
-	for (i = 0; i < c->lines->len; i++) {
-		const char *l = g_ptr_array_index(c->lines, i);
-
-		if (l[0] - '0' != (int)level || !strstr(l + 2, needle))
-			continue;
-		if (!n++ && first)
-			*first = g_strdup(l + 2);
-	}
-	pthread_mutex_unlock(&c->lock);
-	return n;
 }
 
 /* -- requests ----------------------------------------------------------- */
@@ -695,7 +645,7 @@ static void test_eject(void)
 	g_autofree char *want = NULL;
 	guint i;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	rig_add(&r, server_new_refusing());
 	rig_add(&r, server_new());
@@ -743,7 +693,7 @@ static void test_eject_burst(void)
 	struct tcase tc;
 	struct capture cap;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	rig_add(&r, server_new_refusing());
 	rig_add(&r, server_new());
@@ -794,7 +744,7 @@ static void test_probe_readmits(void)
 	gint64 t0;
 	guint i;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	rig_add(&r, server_new());
 	rig_add(&r, server_new());
@@ -847,7 +797,7 @@ static void test_probe_fails(void)
 	struct capture cap;
 	guint64 before;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	rig_add(&r, server_new());
 	rig_add(&r, server_new());
@@ -899,7 +849,7 @@ static void test_all_dead(void)
 	guint i;
 	guint64 attempts = 0;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	for (i = 0; i < 3; i++)
 		rig_add(&r, server_new_refusing());
@@ -943,7 +893,7 @@ static void test_cause_chain(void)
 	struct treq t;
 	g_autoptr(GRegex) re = NULL;
 
-	capture_start(&cap);
+	capture_start(&cap, 0);
 	rig_init(&r);
 	rig_add(&r, server_new_refusing());
 	r.o.max_attempts = 2;

@@ -6,43 +6,7 @@
 
 #include "error.h"
 #include "log.h"
-
-/* What the test sink received. */
-struct capture {
-	pthread_mutex_t lock; /* not GMutex: visible to TSan */
-	GPtrArray *lines;     /* of "<level digit> <text>" */
-};
-
-static void capture_sink(enum log_level level, const char *line, void *data)
-{
-	struct capture *c = data;
-
-	pthread_mutex_lock(&c->lock);
-	g_ptr_array_add(c->lines, g_strdup_printf("%d %s", level, line));
-	pthread_mutex_unlock(&c->lock);
-}
-
-static void capture_start(struct capture *c)
-{
-	pthread_mutex_init(&c->lock, NULL);
-	c->lines = g_ptr_array_new_with_free_func(g_free);
-	log_set_sink(capture_sink, c);
-	log_set_level(LOG_LEVEL_DEBUG);
-	log_set_repeat_window((gint64)3600 * G_USEC_PER_SEC);
-}
-
-static void capture_stop(struct capture *c)
-{
-	log_shutdown();
-	g_ptr_array_unref(c->lines);
-	pthread_mutex_destroy(&c->lock);
-}
-
-static const char *capture_line(struct capture *c, guint i)
-{
-	g_assert_cmpuint(i, <, c->lines->len);
-	return g_ptr_array_index(c->lines, i);
-}
+#include "log_capture.h"
 
 static void assert_escape(const char *in, gssize len, const char *want)
 {
@@ -80,7 +44,7 @@ static void test_msg_sanitized(void)
 	struct capture c;
 	GError *error;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	log_msg(LOG_LEVEL_ERR, "read '%s': failed", "a\nb");
 	log_msg(LOG_LEVEL_ERR, "path %s", "C:\\dir");
 	log_msg(LOG_LEVEL_ERR, "nul %c here", 0);
@@ -109,7 +73,7 @@ static void test_levels(void)
 {
 	struct capture c;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	log_set_level(LOG_LEVEL_WARNING);
 	g_assert_true(log_enabled(LOG_LEVEL_ERR));
 	g_assert_true(log_enabled(LOG_LEVEL_WARNING));
@@ -142,7 +106,7 @@ static void test_repeat_flush(void)
 	struct capture c;
 	int i;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	for (i = 0; i < 513; i++)
 		log_msg(LOG_LEVEL_ERR, "connect to %s: refused", "10.0.0.7");
 	/* Same text at another level is another line. */
@@ -174,7 +138,7 @@ static void test_repeat_window_closes(void)
 {
 	struct capture c;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	log_set_repeat_window(20 * 1000);
 	log_msg(LOG_LEVEL_ERR, "x");
 	log_msg(LOG_LEVEL_ERR, "x");
@@ -210,7 +174,7 @@ static void test_repeat_disabled(void)
 {
 	struct capture c;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	log_msg(LOG_LEVEL_ERR, "x");
 	log_msg(LOG_LEVEL_ERR, "x");
 	/* Turning it off reports what was pending. */
@@ -229,7 +193,7 @@ static void test_repeat_bounded(void)
 	struct capture c;
 	int i;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	/* "hot" stays tracked while 100 other lines pass: it is recent. */
 	for (i = 0; i < 100; i++) {
 		log_msg(LOG_LEVEL_ERR, "hot");
@@ -301,7 +265,7 @@ static void test_threads(void)
 	guint64 total = 0;
 	guint i;
 
-	capture_start(&c);
+	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
 	for (i = 0; i < HAMMER_THREADS; i++)
 		threads[i] = g_thread_new("hammer", hammer_thread,
 					  GINT_TO_POINTER(i));
