@@ -189,11 +189,18 @@ def put_object(url, bucket, key, body, ak=AK, sk=SK, region="us-east-1"):
 
 
 class Mount:
-    """bucketfs -f in the background; unmounted with fusermount3 -u."""
+    """bucketfs -f in the background; unmounted with fusermount3 -u.
+    @index None: no index= option (the cache directory's default).  With
+    @may_fail, a daemon that exits before mounting leaves its status in
+    .failed (None once mounted) instead of raising."""
 
-    def __init__(self, url, endpoint, index, *opts, log, env=None):
+    def __init__(self, url, endpoint, index, *opts, log, env=None,
+                 may_fail=False):
         self.dir = tempfile.mkdtemp(prefix="bfs-mnt-")
-        o = [f"endpoint={endpoint}", f"index={index}", *opts]
+        o = [f"endpoint={endpoint}", *opts]
+        if index is not None:
+            o.insert(1, f"index={index}")
+        self.failed = None
         self.log = log
         self.logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
@@ -205,6 +212,9 @@ class Mount:
             if self.proc.poll() is not None:
                 os.rmdir(self.dir)
                 self.logf.close()
+                if may_fail:
+                    self.failed = self.proc.returncode
+                    return
                 raise RuntimeError(f"bucketfs exited {self.proc.returncode}:"
                                    f" {self.output()}")
             if time.monotonic() > deadline:
@@ -217,6 +227,15 @@ class Mount:
             self.logf.flush()
         with open(self.log, "rb") as f:
             return f.read().decode(errors="replace")
+
+    def wait_output(self, text, timeout=30):
+        """Whether @text shows up in the log within @timeout seconds."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return True
+            time.sleep(0.05)
+        return False
 
     def path(self, *p):
         return os.path.join(self.dir, *p)
@@ -290,6 +309,14 @@ class MountCase(unittest.TestCase):
                 p.kill()
                 p.wait()
         cleanup_mounts(self.mounts)
+
+    def unmount(self, m):
+        """Unmounts @m and checks that both fusermount3 and the daemon
+        ended well."""
+        self.mounts.remove(m)
+        rc, status = m.unmount()
+        self.assertEqual(rc, 0, "fusermount3 -u failed")
+        self.assertEqual(status, 0, m.output())
 
 
 def run(args, env=None, timeout=120, input=None):

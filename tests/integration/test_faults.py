@@ -197,11 +197,6 @@ class FaultTestBase(harness.MountCase):
         self.mounts.append(m)
         return m
 
-    def unmount(self, m):
-        self.mounts.remove(m)
-        rc, status = m.unmount()
-        self.assertEqual((rc, status), (0, 0), m.output())
-
     # -- the four checks --------------------------------------------------
 
     def assert_reads(self, m, key, bound, bucket="syn", size=SMALL_SIZE,

@@ -150,11 +150,6 @@ class Base(harness.MountCase):
         self.mounts.append(m)
         return m
 
-    def unmount(self, m):
-        self.mounts.remove(m)
-        rc, status = m.unmount()
-        self.assertEqual((rc, status), (0, 0), m.output())
-
     def failed_mount(self, bucket, idx, *opts, url=None):
         """A mount that must refuse to start; returns its output."""
         t0 = time.monotonic()

@@ -96,12 +96,6 @@ class MountTest(harness.MountCase):
         self.mounts.append(m)
         return m
 
-    def unmount(self, m):
-        self.mounts.remove(m)
-        rc, status = m.unmount()
-        self.assertEqual(rc, 0, "fusermount3 -u failed")
-        self.assertEqual(status, 0, m.output())
-
     def index(self, name):
         return os.path.join(self.tmp, name + ".idx")
 

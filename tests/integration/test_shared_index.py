@@ -10,7 +10,6 @@ are classified like GET's."""
 import os
 import signal
 import stat
-import subprocess
 import sys
 import tempfile
 import time
@@ -58,63 +57,6 @@ class Host:
         for d, _, files in os.walk(self.cache):
             out += [os.path.join(d, f) for f in files]
         return out
-
-
-class Mount:
-    """bucketfs -f in the background; unmounted with fusermount3 -u."""
-
-    def __init__(self, url, endpoint, host, *opts, log):
-        self.dir = tempfile.mkdtemp(prefix="bfs-shmnt-")
-        self.log = log
-        self.logf = open(log, "wb")
-        o = [f"endpoint={endpoint}", *opts]
-        self.proc = subprocess.Popen(
-            [harness.binary("bucketfs"), "-f", "-o", ",".join(o), url,
-             self.dir], stdout=self.logf, stderr=subprocess.STDOUT,
-            env=host.env)
-        deadline = time.monotonic() + 60
-        while not os.path.ismount(self.dir):
-            if self.proc.poll() is not None:
-                os.rmdir(self.dir)
-                self.logf.close()
-                self.failed = self.proc.returncode
-                return
-            if time.monotonic() > deadline:
-                self.proc.kill()
-                self.proc.wait()
-                os.rmdir(self.dir)
-                self.logf.close()
-                raise RuntimeError("bucketfs did not mount: " +
-                                   self.output())
-            time.sleep(0.02)
-        self.failed = None
-
-    def output(self):
-        if not self.logf.closed:
-            self.logf.flush()
-        with open(self.log, "rb") as f:
-            return f.read().decode(errors="replace")
-
-    def wait_output(self, text, timeout=30):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if text in self.output():
-                return True
-            time.sleep(0.05)
-        return False
-
-    def unmount(self):
-        rc = subprocess.run(["fusermount3", "-u", self.dir]).returncode
-        if rc != 0:
-            subprocess.run(["fusermount3", "-uz", self.dir])
-        try:
-            status = self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            status = self.proc.wait()
-        self.logf.close()
-        os.rmdir(self.dir)
-        return rc, status
 
 
 class SharedIndexTest(harness.MountCase):
@@ -166,15 +108,10 @@ class SharedIndexTest(harness.MountCase):
 
     def mount(self, host, url, *opts):
         log = os.path.join(self.tmp, f"mount-{time.monotonic_ns()}.log")
-        m = Mount(url, self.server.url, host, *opts, log=log)
+        m = harness.Mount(url, self.server.url, None, *opts, log=log,
+                          env=host.env, may_fail=True)
         self.mounts.append(m)
         return m
-
-    def unmount(self, m):
-        self.mounts.remove(m)
-        rc, status = m.unmount()
-        self.assertEqual(rc, 0, "fusermount3 -u failed")
-        self.assertEqual(status, 0, m.output())
 
     def count(self, op):
         return self.server.stats()["requests"][op]
