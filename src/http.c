@@ -138,6 +138,7 @@ struct attempt {
 	gboolean hedge;	     /* the duplicate of its round */
 	gboolean probe;	     /* the probe of an ejected endpoint */
 	gboolean on_ejected; /* started while its endpoint was ejected */
+	gpointer tag;	     /* from prepare() */
 	GList hedge_link;    /* in http->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -881,6 +882,7 @@ static void attempt_start(struct http *http, struct http_request *req,
 	g_autoptr(GString) url = g_string_new(ep->url);
 	g_autoptr(GPtrArray) headers = g_ptr_array_new_with_free_func(g_free);
 	GError *error = NULL;
+	gpointer tag = NULL;
 	struct attempt *a;
 
 	if (!hedge) {
@@ -889,13 +891,14 @@ static void attempt_start(struct http *http, struct http_request *req,
 		req->last_ep = ep;
 	}
 	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
-			  headers, req->data, &error))
+			  headers, &tag, req->data, &error))
 		goto fail;
 	a = attempt_new(http, req, ep, url->str, headers);
 	if (!a) {
 		g_set_error(&error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
 		goto fail;
 	}
+	a->tag = tag;
 	a->hedge = hedge;
 	a->probe = probe;
 	a->on_ejected = ep->ejected;
@@ -1029,6 +1032,7 @@ static void response_init(struct http_response *resp, struct attempt *a)
 	resp->body = a->body;
 	resp->headers = a->headers;
 	resp->endpoint = &a->ep->pub;
+	resp->tag = a->tag;
 	resp->attempt = a->req->attempt;
 	resp->max_attempts = a->req->max_attempts;
 	resp->elapsed = (g_get_monotonic_time() - a->req->start_us) / 1e6;

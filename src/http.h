@@ -152,6 +152,7 @@ struct http_response {
 	guint max_attempts;
 	double elapsed;	     /* seconds since the first attempt */
 	GHashTable *headers; /* lowercase name -> last value */
+	gpointer tag;	     /* what prepare() left for this attempt */
 };
 
 /* The value of response header @name (lowercase), or NULL.  Borrowed. */
@@ -167,13 +168,16 @@ enum http_verdict {
 /*
  * Fills @url (after the endpoint, e.g. "/bucket/key?x=y" appended to
  * ep->url, or a whole URL) and appends "Name: value" strings to @headers.
- * Called on the event thread before every attempt.  Returning FALSE with
- * @error set fails the request without a retry.
+ * What it leaves in *@tag (NULL before) comes back in the response of
+ * this attempt (resp->tag): which credentials signed it, say, when
+ * attempts of one request may sign differently.  Called on the event
+ * thread before every attempt.  Returning FALSE with @error set fails the
+ * request without a retry.
  */
 typedef gboolean (*http_prepare_fn)(const struct http_endpoint *ep,
 				    gint64 unix_time, GString *url,
-				    GPtrArray *headers, void *data,
-				    GError **error);
+				    GPtrArray *headers, gpointer *tag,
+				    void *data, GError **error);
 
 /*
  * Judges a complete response.  For RETRY and FAIL it must set @error to the

@@ -62,8 +62,7 @@ struct call {
 	guint64 length;
 	gboolean ranged;
 	char *if_match;
-	const struct credentials *signed_with; /* by the last attempt */
-	char *payload_sha256;		       /* CALL_PUT: of the body, hex */
+	char *payload_sha256; /* CALL_PUT: of the body, hex */
 	struct s3_object_meta meta;
 	struct s3_list_page *page; /* CALL_LIST result */
 
@@ -150,9 +149,10 @@ static void append_query(GString *q, const char *name, const char *value)
  * exactly once and sent as is (CURLOPT_PATH_AS_IS).
  */
 static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
-			     GString *url, GPtrArray *headers, void *data,
-			     GError **error)
+			     GString *url, GPtrArray *headers, gpointer *tag,
+			     void *data, GError **error)
 {
+	const struct credentials *creds;
 	struct call *call = data;
 	struct s3 *s3 = call->s3;
 	g_autoptr(GString) path = g_string_new("/");
@@ -188,17 +188,19 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 		g_ptr_array_add(headers, g_strdup(g_ptr_array_index(
 						 call->sign_headers, i)));
 	g_mutex_lock(&s3->creds_lock);
-	call->signed_with = s3->creds;
+	creds = s3->creds;
 	g_mutex_unlock(&s3->creds_lock);
-	if (call->signed_with->anonymous)
+	/* Judged per attempt: a hedge may sign with renewed credentials
+	 * while its twin still runs with the expired ones. */
+	*tag = (gpointer)creds;
+	if (creds->anonymous)
 		return TRUE;
 	g_ptr_array_add(call->sign_headers, NULL);
 	{
 		struct sigv4_credentials c = {
-			.access_key_id = call->signed_with->access_key_id,
-			.secret_access_key =
-				call->signed_with->secret_access_key,
-			.session_token = call->signed_with->session_token,
+			.access_key_id = creds->access_key_id,
+			.secret_access_key = creds->secret_access_key,
+			.session_token = creds->session_token,
 		};
 		struct sigv4_request r = {
 			.method = method_of(call->kind),
@@ -404,6 +406,19 @@ static gboolean renew_credentials(struct s3 *s3, const struct credentials *used,
 }
 
 /*
+ * A HEAD answered 400 with no body, signed with temporary credentials: S3
+ * says nothing more, and that is what an expired token looks like there
+ * (a GET or LIST of the same moment would say ExpiredToken).
+ */
+static gboolean head_maybe_expired(const struct call *call,
+				   const struct http_response *resp,
+				   const struct credentials *used)
+{
+	return call->kind == CALL_HEAD && resp->status == 400 &&
+	       resp->body->len == 0 && used && used->session_token;
+}
+
+/*
  * "HTTP 503 SlowDown: Please reduce your request rate. (RequestId: X)".
  * HEAD responses have no body, so for them the status alone must speak.
  */
@@ -413,6 +428,7 @@ judge_error(struct call *call, const struct http_response *resp, GError **error)
 	struct s3_error_info info = { 0 };
 	g_autoptr(GString) msg = g_string_new(NULL);
 	const char *rid = http_response_header(resp, "x-amz-request-id");
+	const struct credentials *used = resp->tag; /* this attempt's */
 	gboolean parsed = FALSE;
 	int code;
 
@@ -443,6 +459,12 @@ judge_error(struct call *call, const struct http_response *resp, GError **error)
 				"carries no reason: bucketfs-doctor shows it)");
 	} else if (resp->status == 412) {
 		g_string_append(msg, " Precondition Failed");
+	} else if (head_maybe_expired(call, resp, used)) {
+		g_string_append(msg,
+				" Bad Request (a HEAD response carries no "
+				"reason; with temporary credentials, taken as "
+				"ExpiredToken)");
+		info.code = g_strdup("ExpiredToken");
 	}
 	append_error_detail(msg, &info, resp);
 	if (rid)
@@ -450,8 +472,7 @@ judge_error(struct call *call, const struct http_response *resp, GError **error)
 	code = errno_for(resp->status, info.code);
 	if (code_is_expired(info.code)) {
 		g_autoptr(GError) rerr = NULL;
-		gboolean renewed =
-			renew_credentials(call->s3, call->signed_with, &rerr);
+		gboolean renewed = renew_credentials(call->s3, used, &rerr);
 
 		if (!renewed)
 			g_string_append_printf(msg, " [%s]", rerr->message);

@@ -727,6 +727,36 @@ class ExpiredTokenTest(FaultTestBase):
                          "ASIAFIRST": ["first-secret", "first-token"]},
                 "expired": []})
 
+    def test_expired_token_on_a_head_rereads_credentials(self):
+        # A HEAD's error has no body to say ExpiredToken: signed with a
+        # session token, its bare 400 is taken as that; the file is read
+        # again and the HEAD retried.  Writable mode HEADs a name the
+        # index doesn't have.
+        creds = os.path.join(self.tmp, "credentials-head")
+        self.write_credentials(creds, "ASIAFIRST", "first-secret",
+                               "first-token")
+        m = self.mount("syn", "max_attempts=3", "writable",
+                       env=self.env(creds))
+        try:
+            self.server.control("POST", "keys", {
+                "keys": {harness.AK: [harness.SK, None],
+                         "ASIASECOND": ["second-secret", "second-token"]},
+                "expired": ["ASIAFIRST"]})
+            self.write_credentials(creds, "ASIASECOND", "second-secret",
+                                   "second-token")
+            with self.assertRaises(FileNotFoundError):
+                os.stat(m.path(".probe-after-expiry"))
+            out = m.output()
+            self.assertIn("credentials expired (ExpiredToken): read them "
+                          "again", out)
+            self.assert_reads(m, fresh_key(), BOUND_FAST)
+            self.unmount(m)
+        finally:
+            self.server.control("POST", "keys", {
+                "keys": {harness.AK: [harness.SK, None],
+                         "ASIAFIRST": ["first-secret", "first-token"]},
+                "expired": []})
+
     def test_expired_token_not_renewed_fails_clearly(self):
         creds = os.path.join(self.tmp, "credentials-stale")
         self.write_credentials(creds, "ASIAFIRST", "first-secret",

@@ -330,7 +330,9 @@ struct treq {
 	int code; /* 0 = success */
 	char *message;
 	long status;
-	int endpoint; /* resp->endpoint->index, or -1 */
+	int endpoint;	/* resp->endpoint->index, or -1 */
+	guint prepares; /* attempts prepared, each tagged with its number */
+	guint tag;	/* resp->tag: the number of the attempt that answered */
 	gint64 submitted;
 	gint64 finished;
 };
@@ -367,8 +369,8 @@ static void tcase_clear(struct tcase *tc)
 }
 
 static gboolean t_prepare(const struct http_endpoint *ep, gint64 unix_time,
-			  GString *url, GPtrArray *headers, void *data,
-			  GError **error)
+			  GString *url, GPtrArray *headers, gpointer *tag,
+			  void *data, GError **error)
 {
 	struct treq *t = data;
 
@@ -377,6 +379,9 @@ static gboolean t_prepare(const struct http_endpoint *ep, gint64 unix_time,
 	(void)headers;
 	(void)error;
 	g_string_append(url, t->path);
+	pthread_mutex_lock(&t->tc->lock);
+	*tag = GUINT_TO_POINTER(++t->prepares);
+	pthread_mutex_unlock(&t->tc->lock);
 	return TRUE;
 }
 
@@ -397,6 +402,7 @@ static void t_done(struct http_request *req, struct http_response *resp,
 	t->message = error ? g_strdup(error->message) : NULL;
 	t->status = resp ? resp->status : 0;
 	t->endpoint = resp ? (int)resp->endpoint->index : -1;
+	t->tag = resp ? GPOINTER_TO_UINT(resp->tag) : 0;
 	t->finished = now_us();
 	tc->done++;
 	again = g_steal_pointer(&t->resubmit);
@@ -989,6 +995,9 @@ static void test_hedge_twin_fails(void)
 	assert_all_ok(&tc);
 	t = t_get(g_ptr_array_index(tc.reqs, 0));
 	g_assert_cmpint(t.endpoint, ==, 1);
+	/* The response is the twin's, and so is its tag (prepared second). */
+	g_assert_cmpuint(t.prepares, ==, 2);
+	g_assert_cmpuint(t.tag, ==, 2);
 	g_assert_cmpint(t.finished - t.submitted, >=, 600000);
 	g_assert_cmpuint(server_counts(r.srv[0]).requests, ==, 1);
 	g_assert_cmpuint(server_counts(r.srv[1]).requests, ==, 1);
