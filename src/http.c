@@ -125,6 +125,7 @@ struct http {
 };
 
 struct attempt {
+	struct http *http;
 	struct http_request *req;
 	struct endpoint *ep;
 	CURL *easy;
@@ -139,7 +140,12 @@ struct attempt {
 	gboolean probe;	     /* the probe of an ejected endpoint */
 	gboolean on_ejected; /* started while its endpoint was ejected */
 	gpointer tag;	     /* from prepare() */
-	GList hedge_link;    /* in http->hedge_wait when data is set */
+	/* The stall clock (on_progress()): when a byte last moved, what had. */
+	gint64 moved_us;
+	curl_off_t moved_dl, moved_ul;
+	gboolean sent;	  /* the request is on its way */
+	gboolean stalled; /* aborted by it */
+	GList hedge_link; /* in http->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -619,6 +625,7 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	const char *colon = memchr(buf, ':', n);
 	const char *v, *end = buf + n;
 
+	a->moved_us = g_get_monotonic_time();
 	/* A new status line (after 100 Continue, say) starts over. */
 	if (n >= 5 && !memcmp(buf, "HTTP/", 5)) {
 		g_hash_table_remove_all(a->headers);
@@ -634,6 +641,40 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	g_hash_table_replace(a->headers, g_ascii_strdown(buf, colon - buf),
 			     g_strndup(v, end - v));
 	return n;
+}
+
+/*
+ * The stall clock: a transfer that moves no byte (header, body, upload)
+ * for stall_timeout seconds once its request is on its way is aborted.
+ * curl's own low-speed check averages over ~5 s, so a body that stopped
+ * after a burst lived that much longer with it alone.
+ */
+static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
+		       curl_off_t ultotal, curl_off_t ulnow)
+{
+	struct attempt *a = clientp;
+	struct http *http = a->http;
+	gint64 now = g_get_monotonic_time();
+
+	(void)dltotal;
+	(void)ultotal;
+	/* Connecting is connect_timeout's business. */
+	if (!a->sent) {
+		curl_off_t t = 0;
+
+		curl_easy_getinfo(a->easy, CURLINFO_PRETRANSFER_TIME_T, &t);
+		a->sent = t > 0;
+	}
+	if (!a->sent || dlnow != a->moved_dl || ulnow != a->moved_ul) {
+		a->moved_dl = dlnow;
+		a->moved_ul = ulnow;
+		a->moved_us = MAX(a->moved_us, now);
+		return 0;
+	}
+	if (now - a->moved_us < (gint64)(http->stall_timeout * G_USEC_PER_SEC))
+		return 0;
+	a->stalled = TRUE;
+	return 1;
 }
 
 /*
@@ -687,10 +728,15 @@ static void setopt_common(struct http *http, struct attempt *a, CURL *easy)
 	curl_easy_setopt(easy, CURLOPT_USERAGENT, http->user_agent);
 	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS,
 			 (long)(http->connect_timeout * 1000));
-	/* A transfer that moves no byte for stall_timeout seconds is dead. */
+	/* A transfer that moves no byte for stall_timeout seconds is dead:
+	 * on_progress() says so; curl's own check, later, is the backstop
+	 * (and its timer the tick that calls on_progress() while idle). */
 	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
 	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME,
-			 (long)MAX(1, http->stall_timeout));
+			 (long)MAX(1, http->stall_timeout) + 2);
+	curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
+	curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, on_progress);
+	curl_easy_setopt(easy, CURLOPT_XFERINFODATA, a);
 	if (http->request_timeout > 0)
 		curl_easy_setopt(easy, CURLOPT_TIMEOUT_MS,
 				 (long)(http->request_timeout * 1000));
@@ -827,8 +873,10 @@ static struct attempt *attempt_new(struct http *http, struct http_request *req,
 	struct attempt *a = g_new0(struct attempt, 1);
 	guint i;
 
+	a->http = http;
 	a->req = req;
 	a->ep = ep;
+	a->moved_us = g_get_monotonic_time();
 	a->body = g_byte_array_sized_new(req->body_reserve);
 	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
@@ -996,6 +1044,13 @@ static GError *transport_error(struct attempt *a, CURLcode rc)
 				   "response body exceeds the %" G_GSIZE_FORMAT
 				   " bytes expected",
 				   a->req->body_limit);
+	if (a->stalled)
+		return g_error_new(BFS_ERROR, ETIMEDOUT,
+				   "stalled: no byte moved for %.1f s "
+				   "(stall_timeout), %" CURL_FORMAT_CURL_OFF_T
+				   " body bytes in",
+				   (g_get_monotonic_time() - a->moved_us) / 1e6,
+				   a->moved_dl);
 	g_string_printf(msg, "curl %d (%s)", rc, curl_easy_strerror(rc));
 	if (a->errbuf[0])
 		g_string_append_printf(msg, ": %s", a->errbuf);
@@ -1048,7 +1103,7 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 		*error = transport_error(a, rc);
 		/* More bytes than asked for contradicts the request, like a
 		 * wrong Content-Range: retried (s3.h), never returned. */
-		return curl_code_is_transient(rc) || a->overflow
+		return curl_code_is_transient(rc) || a->overflow || a->stalled
 			       ? HTTP_VERDICT_RETRY
 			       : HTTP_VERDICT_FAIL;
 	}
@@ -1059,7 +1114,8 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 static enum outcome outcome_of(const struct attempt *a, CURLcode rc)
 {
 	if (rc != CURLE_OK)
-		return curl_code_is_transient(rc) && !a->overflow
+		return (curl_code_is_transient(rc) || a->stalled) &&
+				       !a->overflow
 			       ? OUTCOME_FAILED
 			       : OUTCOME_NEUTRAL;
 	return a->status >= 500 ? OUTCOME_FAILED : OUTCOME_OK;

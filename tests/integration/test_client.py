@@ -278,7 +278,8 @@ class ClientTest(unittest.TestCase):
                                            "max_attempts=2"])
         self.assertEqual(r.returncode, errno.ETIMEDOUT, r.stderr)
         self.assertIn(b"(attempt 2/2", r.stderr)
-        self.assertIn(b"curl 28 (Timeout was reached)", r.stderr)
+        self.assertRegex(r.stderr, rb"stalled: no byte moved for \d+\.\d s "
+                         rb"\(stall_timeout\), 10 body bytes in")
 
     def test_wrong_lengths_never_return_bytes(self):
         cases = [({"kind": "bad_length", "delta": -7}, b"Content-"),

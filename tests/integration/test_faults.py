@@ -460,7 +460,9 @@ class BrokenTransferTest(FaultTestBase):
         m = self.mount("syn", "max_attempts=2", "stall_timeout=1")
         cases = [
             ({"kind": "stall", "after_bytes": 5000, "seconds": 30},
-             errno.ETIMEDOUT, r"curl 28 \(Timeout was reached\)"),
+             errno.ETIMEDOUT,
+             r"stalled: no byte moved for \d+\.\d s \(stall_timeout\), "
+             r"\d+ body bytes in"),
             ({"kind": "reset", "after_bytes": 5000}, errno.EIO,
              r"curl 56 .*\[os errno 104: Connection reset by peer\]"),
             ({"kind": "truncate", "after_bytes": 5000}, errno.EIO,

@@ -387,7 +387,8 @@ class FuseFaults(harness.MountCase):
             m = Mount("s3://syn", holes[0].url, self.idx, RETRY,
                       f"endpoint={holes[1].url}", log=log)
             self.mounts.append(m)
-            self.check_dead(m, r"curl 28 \(Timeout was reached\)")
+            self.check_dead(m, r"stalled: no byte moved for \d+\.\d s "
+                            r"\(stall_timeout\), 0 body bytes in")
             r = subprocess.run(["fusermount3", "-u", m.dir], timeout=BOUND)
             self.assertEqual(r.returncode, 0)
             self.finish(m)
