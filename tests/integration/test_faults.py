@@ -697,37 +697,41 @@ class ExpiredTokenTest(FaultTestBase):
         del env["AWS_SECRET_ACCESS_KEY"]
         return env
 
+    def setUp(self):
+        super().setUp()
+        self.addCleanup(self.server.control, "POST", "keys", {
+            "keys": {harness.AK: [harness.SK, None],
+                     "ASIAFIRST": ["first-secret", "first-token"]},
+            "expired": []})
+
+    def rotate(self, creds):
+        """The first token expires; new keys are issued and written."""
+        self.server.control("POST", "keys", {
+            "keys": {harness.AK: [harness.SK, None],
+                     "ASIASECOND": ["second-secret", "second-token"]},
+            "expired": ["ASIAFIRST"]})
+        self.write_credentials(creds, "ASIASECOND", "second-secret",
+                               "second-token")
+
     def test_expired_token_rereads_credentials(self):
         creds = os.path.join(self.tmp, "credentials")
         self.write_credentials(creds, "ASIAFIRST", "first-secret",
                                "first-token")
         m = self.mount("syn", "max_attempts=3", env=self.env(creds))
-        try:
-            self.assert_reads(m, fresh_key(), BOUND_FAST)
-            # The first token expires; new ones are issued and written.
-            self.server.control("POST", "keys", {
-                "keys": {harness.AK: [harness.SK, None],
-                         "ASIASECOND": ["second-secret", "second-token"]},
-                "expired": ["ASIAFIRST"]})
-            self.write_credentials(creds, "ASIASECOND", "second-secret",
-                                   "second-token")
-            key = fresh_key()
-            got, err, secs = read_all(m.path(key))
-            out = m.output()
-            self.assertLess(secs, BOUND_FAST)
-            self.assertIsNone(err, f"{key}: {err}: the credentials were not"
-                              f" read again after ExpiredToken\n{out}")
-            self.assertTrue(got == content("syn", key, SMALL_SIZE))
-            self.assertRegex(out, r"ExpiredToken")
-            for secret in ("first-secret", "second-secret", "first-token",
-                           "second-token"):
-                self.assertNotIn(secret, out)
-            self.unmount(m)
-        finally:
-            self.server.control("POST", "keys", {
-                "keys": {harness.AK: [harness.SK, None],
-                         "ASIAFIRST": ["first-secret", "first-token"]},
-                "expired": []})
+        self.assert_reads(m, fresh_key(), BOUND_FAST)
+        self.rotate(creds)
+        key = fresh_key()
+        got, err, secs = read_all(m.path(key))
+        out = m.output()
+        self.assertLess(secs, BOUND_FAST)
+        self.assertIsNone(err, f"{key}: {err}: the credentials were not"
+                          f" read again after ExpiredToken\n{out}")
+        self.assertTrue(got == content("syn", key, SMALL_SIZE))
+        self.assertRegex(out, r"ExpiredToken")
+        for secret in ("first-secret", "second-secret", "first-token",
+                       "second-token"):
+            self.assertNotIn(secret, out)
+        self.unmount(m)
 
     def test_expired_token_on_a_head_rereads_credentials(self):
         # A HEAD's error has no body to say ExpiredToken: signed with a
@@ -739,25 +743,13 @@ class ExpiredTokenTest(FaultTestBase):
                                "first-token")
         m = self.mount("syn", "max_attempts=3", "writable",
                        env=self.env(creds))
-        try:
-            self.server.control("POST", "keys", {
-                "keys": {harness.AK: [harness.SK, None],
-                         "ASIASECOND": ["second-secret", "second-token"]},
-                "expired": ["ASIAFIRST"]})
-            self.write_credentials(creds, "ASIASECOND", "second-secret",
-                                   "second-token")
-            with self.assertRaises(FileNotFoundError):
-                os.stat(m.path(".probe-after-expiry"))
-            out = m.output()
-            self.assertIn("credentials expired (ExpiredToken): read them "
-                          "again", out)
-            self.assert_reads(m, fresh_key(), BOUND_FAST)
-            self.unmount(m)
-        finally:
-            self.server.control("POST", "keys", {
-                "keys": {harness.AK: [harness.SK, None],
-                         "ASIAFIRST": ["first-secret", "first-token"]},
-                "expired": []})
+        self.rotate(creds)
+        with self.assertRaises(FileNotFoundError):
+            os.stat(m.path(".probe-after-expiry"))
+        self.assertIn("credentials expired (ExpiredToken): read them again",
+                      m.output())
+        self.assert_reads(m, fresh_key(), BOUND_FAST)
+        self.unmount(m)
 
     def test_expired_token_not_renewed_fails_clearly(self):
         creds = os.path.join(self.tmp, "credentials-stale")
@@ -765,17 +757,14 @@ class ExpiredTokenTest(FaultTestBase):
                                "first-token")
         m = self.mount("syn", "max_attempts=3", env=self.env(creds))
         self.server.control("POST", "keys", {"expired": ["ASIAFIRST"]})
-        try:
-            key = fresh_key()
-            line = self.assert_fails(
-                m, key, errno.EACCES,
-                read_re(key) + get_re("syn", key, r"\d/3") +
-                r"HTTP 400 ExpiredToken: The provided token has expired",
-                BOUND_FAST)
-            self.assertNotIn("first-token", m.output())
-            self.assertNotIn("first-secret", m.output())
-        finally:
-            self.server.control("POST", "keys", {"expired": []})
+        key = fresh_key()
+        line = self.assert_fails(
+            m, key, errno.EACCES,
+            read_re(key) + get_re("syn", key, r"\d/3") +
+            r"HTTP 400 ExpiredToken: The provided token has expired",
+            BOUND_FAST)
+        self.assertNotIn("first-token", m.output())
+        self.assertNotIn("first-secret", m.output())
         self.assertTrue(line)
         self.unmount(m)
 
