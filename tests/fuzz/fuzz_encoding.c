@@ -22,17 +22,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "log.h"
 #include "sigv4.h"
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			abort();                                               \
-		}                                                              \
-	} while (0)
 
 static gboolean unreserved(guchar c)
 {
@@ -209,16 +201,6 @@ static void fuzz_sign(const guint8 *data, gsize len)
 	      g_strv_equal((const char *const *)h1, (const char *const *)h2));
 	for (guint i = 0; h1[i]; i++)
 		CHECK(!strstr(h1[i], "S3CR3T"));
-}
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
-
-int LLVMFuzzerInitialize(int *argc, char ***argv)
-{
-	(void)argc;
-	(void)argv;
-	return 0;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -31,6 +31,7 @@
 
 #include <glib/gstdio.h>
 
+#include "fuzz.h"
 #include "index.h"
 
 #define WALK_BUDGET 4096
@@ -40,15 +41,6 @@ static char *work_dir;
 static char *work_path;
 static guint8 *base; /* the index that mode 3 patches */
 static gsize base_len;
-
-#define CHECK(cond)                                                            \
-	do {                                                                   \
-		if (!(cond)) {                                                 \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, \
-				__LINE__, #cond);                              \
-			abort();                                               \
-		}                                                              \
-	} while (0)
 
 static void cleanup(void)
 {
@@ -369,9 +361,6 @@ static void fuzz_patches(const guint8 *data, gsize len)
 	write_file(copy, base_len);
 	open_and_walk(len < 4);
 }
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

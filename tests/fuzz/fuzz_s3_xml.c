@@ -20,11 +20,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fuzz.h"
 #include "error.h"
 #include "s3_xml.h"
-
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 int LLVMFuzzerInitialize(int *argc, char ***argv)
 {

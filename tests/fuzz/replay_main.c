@@ -13,8 +13,7 @@
 
 #include <glib.h>
 
-int LLVMFuzzerInitialize(int *argc, char ***argv);
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+#include "fuzz.h"
 
 static void run_file(const char *path, guint *count)
 {
@@ -63,7 +62,8 @@ int main(int argc, char **argv)
 {
 	guint count = 0;
 
-	LLVMFuzzerInitialize(&argc, &argv);
+	if (LLVMFuzzerInitialize)
+		LLVMFuzzerInitialize(&argc, &argv);
 	for (int i = 1; i < argc; i++) {
 		if (g_file_test(argv[i], G_FILE_TEST_IS_DIR))
 			run_dir(argv[i], &count);
