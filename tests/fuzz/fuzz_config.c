@@ -24,9 +24,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "fuzz.h"
 #include "config.h"
 #include "error.h"
+#include "fuzz.h"
 
 #define MARKER "Pa55w0rdMarker"
 
