@@ -148,7 +148,6 @@ def main():
     ds = rig.retina_dataset(a.cache_dir, a.files)
     r = rig.Rig(a.cache_dir, [ds])
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
-    shim = argparse.Namespace(rig=r, a=argparse.Namespace(run_timeout=a.timeout))
     try:
         for i in range(a.runs):
             for label in ("A", "B"):
@@ -158,7 +157,7 @@ def main():
             if a.direct:
                 rig.warm(ds.paths())
                 idle0 = machine_idle()
-                res = run.Bench.curl_direct(shim, ds, a.procs, i)
+                res = run.curl_direct(r, ds, a.procs, i, a.timeout)
                 res["busy"] = busy_since(idle0)
                 results["curl -Z"].append(res)
                 log(line("curl -Z", res))

@@ -94,6 +94,41 @@ def cold(paths_to_warm, what):
 # --------------------------------------------------------------------------
 
 
+def curl_direct(the_rig, ds, procs, seed, timeout):
+    """curl -Z over the same shuffled files, round-robin over the 4 URLs of
+    @the_rig; per-file latency from curl's own timing."""
+    order = list(ds.files)
+    random.Random(seed).shuffle(order)
+    cfg = os.path.join(the_rig.tmp, "curl-direct.cfg")
+    with open(cfg, "w") as f:
+        for i, k in enumerate(order):
+            f.write('url = "%s"\noutput = "/dev/null"\n' % the_rig.object_url(ds, k, i))
+    t0 = time.monotonic()
+    p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
+                        "-s", "-S", "-K", cfg,
+                        "-w", "%{http_code} %{size_download} %{time_total}\\n"],
+                       capture_output=True, text=True, timeout=timeout)
+    wall = time.monotonic() - t0
+    lat, nbytes, errors = [], 0, 0
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        code, size, tt = parts
+        if code != "200" or int(size) != rig.RETINA_SIZE:
+            errors += 1
+        nbytes += int(size)
+        lat.append(float(tt))
+    errors += len(order) - len(lat)
+    s = sorted(lat)
+    return {"files": len(lat), "bytes": nbytes, "wall_s": wall,
+            "files_s": len(lat) / wall, "mb_s": nbytes / wall / 1e6,
+            "p50_ms": readers.percentile(s, 50) * 1e3 if s else None,
+            "p99_ms": readers.percentile(s, 99) * 1e3 if s else None,
+            "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
+            "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}
+
+
 class Bench:
     def __init__(self, a):
         self.a = a
@@ -285,39 +320,6 @@ class Bench:
         return readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
                                 timeout=self.a.run_timeout)
 
-    def curl_direct(self, ds, procs, seed):
-        """curl -Z over the same shuffled files, round-robin over the 4 URLs."""
-        order = list(ds.files)
-        random.Random(seed).shuffle(order)
-        cfg = os.path.join(self.rig.tmp, "curl-direct.cfg")
-        with open(cfg, "w") as f:
-            for i, k in enumerate(order):
-                f.write('url = "%s"\noutput = "/dev/null"\n' % self.rig.object_url(ds, k, i))
-        t0 = time.monotonic()
-        p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
-                            "-s", "-S", "-K", cfg,
-                            "-w", "%{http_code} %{size_download} %{time_total}\\n"],
-                           capture_output=True, text=True, timeout=self.a.run_timeout)
-        wall = time.monotonic() - t0
-        lat, nbytes, errors = [], 0, 0
-        for line in p.stdout.splitlines():
-            parts = line.split()
-            if len(parts) != 3:
-                continue
-            code, size, tt = parts
-            if code != "200" or int(size) != rig.RETINA_SIZE:
-                errors += 1
-            nbytes += int(size)
-            lat.append(float(tt))
-        errors += len(order) - len(lat)
-        s = sorted(lat)
-        return {"files": len(lat), "bytes": nbytes, "wall_s": wall,
-                "files_s": len(lat) / wall, "mb_s": nbytes / wall / 1e6,
-                "p50_ms": readers.percentile(s, 50) * 1e3 if s else None,
-                "p99_ms": readers.percentile(s, 99) * 1e3 if s else None,
-                "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
-                "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}
-
     def mount_all(self, section, ds, paths, mounts):
         """Mounts bucketfs and the peers not skipped, recording each into
         @mounts (or the failure into paths[kind]["status"]); yields
@@ -370,7 +372,7 @@ class Bench:
                             res = self.dlio_mount(mounts[p], r)
                         elif p == "direct":
                             rig.warm(ds.paths())
-                            res = self.curl_direct(ds, a.procs, r)
+                            res = curl_direct(self.rig, ds, a.procs, r, a.run_timeout)
                         elif p == "direct-py":
                             rig.warm(ds.paths())
                             urls = [self.rig.object_url(ds, k, i)
