@@ -229,7 +229,8 @@ static int cmd_publish(struct tool *t)
 	gboolean tty = !t->quiet && isatty(STDERR_FILENO);
 	gint64 t0;
 	double secs;
-	gboolean ok, checked = FALSE;
+	gboolean ok;
+	int stat_errno = ENOENT; /* of the stat() before the check */
 	struct stat st;
 
 	if (!publish_target(t, &bucket, &key, &error)) {
@@ -237,7 +238,7 @@ static int cmd_publish(struct tool *t)
 		return 2;
 	}
 	if (!t->build) {
-		checked = stat(t->path, &st) == 0;
+		stat_errno = stat(t->path, &st) == 0 ? 0 : errno;
 		idx = open_checked(t, &error);
 		if (!idx && error->code != ENOENT) {
 			fprintf(stderr,
@@ -251,7 +252,7 @@ static int cmd_publish(struct tool *t)
 	if (!idx) {
 		if (cmd_build(t) != 0)
 			return 1;
-		checked = stat(t->path, &st) == 0;
+		stat_errno = stat(t->path, &st) == 0 ? 0 : errno;
 		idx = open_checked(t, &error);
 		if (!idx) {
 			fprintf(stderr, "bucketfs-index: %s\n", error->message);
@@ -261,10 +262,10 @@ static int cmd_publish(struct tool *t)
 	/* Mapped, not read: the body goes to curl from the page cache.  The
 	 * file mapped must be the one checked: a mount's rebuild may rename
 	 * a new one into place meanwhile. */
-	map = checked ? map_checked(t->path, &st, &error) : NULL;
-	if (!checked && !error)
-		g_set_error(&error, BFS_ERROR, errno, "%s: %s", t->path,
-			    g_strerror(errno));
+	map = !stat_errno ? map_checked(t->path, &st, &error) : NULL;
+	if (stat_errno)
+		g_set_error(&error, BFS_ERROR, stat_errno, "%s: %s", t->path,
+			    g_strerror(stat_errno));
 	index_unref(idx);
 	if (!map) {
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);
