@@ -7,7 +7,8 @@
  *                 and the set of open handles;
  *   ops.c         the read path and metadata, and the op table (fs_ops);
  *   overlay_ops.c writable mode's operations (overlay_ops.h), and the
- *                 EROFS/EXDEV answers of a read-only mount.
+ *                 EROFS/EXDEV answers of a read-only mount;
+ *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h).
  *
  * The public contract, the node-id scheme and the lock order are in
  * ops.h.  Node ids of generation OVERLAY_GEN are writable mode's: their

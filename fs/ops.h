@@ -18,8 +18,9 @@
  * FUSE reply.
  *
  * Implemented by fs.c (the struct's life, generations, node ids, open
- * handles), ops.c (the read path, metadata and the op table) and
- * overlay_ops.c (writable mode); fs_internal.h is what they share.
+ * handles), ops.c (the read path, metadata and the op table),
+ * overlay_ops.c (writable mode) and emptydir_ops.c (-o empty_dirs=);
+ * fs_internal.h is what they share.
  */
 #ifndef BUCKETFS_FS_OPS_H
 #define BUCKETFS_FS_OPS_H
