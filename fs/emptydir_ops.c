@@ -55,14 +55,26 @@ static void node_stat(struct fs *fs, guint node, struct stat *st)
 	st->st_mtime = st->st_ctime = st->st_atime = (time_t)s.created;
 }
 
-void empty_dir_stat(struct fs *fs, fuse_ino_t ino, struct stat *st)
+gboolean empty_dir_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 {
 	guint node = node_of(fs, ino);
+	struct stat st;
 
-	if (node)
-		node_stat(fs, node, st);
-	else
-		memset(st, 0, sizeof(*st));
+	if (!node)
+		return FALSE;
+	node_stat(fs, node, &st);
+	fuse_reply_attr(req, &st, fs->opts.entry_timeout);
+	return TRUE;
+}
+
+gboolean empty_dir_opendir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			   struct fuse_file_info *fi)
+{
+	if (!node_of(fs, ino))
+		return FALSE;
+	fi->cache_readdir = 1;
+	fuse_reply_open(req, fi);
+	return TRUE;
 }
 
 gboolean empty_dir_declared(struct fs *fs, const char *dir_key,
@@ -71,10 +83,12 @@ gboolean empty_dir_declared(struct fs *fs, const char *dir_key,
 	return emptydirs_child(fs->ed, dir_key, name) != 0;
 }
 
-gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, const char *dir_key,
-			  const char *name)
+gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
+			  index_id dir, fuse_ino_t parent, const char *name)
 {
-	guint node = emptydirs_child(fs->ed, dir_key, name);
+	g_autofree char *key = idx ? index_key(idx, dir) : NULL;
+	const char *dir_key = idx ? key : empty_dir_key(fs, parent);
+	guint node = dir_key ? emptydirs_child(fs->ed, dir_key, name) : 0;
 	struct fuse_entry_param e = { 0 };
 
 	if (!node)

@@ -32,17 +32,23 @@
  * mount's life; NULL if @ino names none. */
 const char *empty_dir_key(struct fs *fs, fuse_ino_t ino);
 
-/* The attributes of declared directory @ino. */
-void empty_dir_stat(struct fs *fs, fuse_ino_t ino, struct stat *st);
+/*
+ * The ops for a node resolve() found no index entry for: each replies and
+ * returns TRUE when @ino is a declared directory; else FALSE, without
+ * replying (the node is stale).
+ */
+gboolean empty_dir_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
+gboolean empty_dir_opendir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			   struct fuse_file_info *fi);
 
 /*
- * lookup of @name in the directory with key @dir_key (an indexed one that
- * has no such name, or a declared one): replies with the entry and
- * returns TRUE when @name is declared there; FALSE, without replying,
- * otherwise.
+ * lookup of @name, which the index lacks, in directory @parent: entry
+ * @dir of @idx, or with @idx NULL a declared directory.  Replies with the
+ * entry and returns TRUE when @name is declared there; FALSE, without
+ * replying, otherwise.
  */
-gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, const char *dir_key,
-			  const char *name);
+gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
+			  index_id dir, fuse_ino_t parent, const char *name);
 
 /* Whether @name in @dir_key is declared (for the writable ops: such names
  * are not made nor removed). */
@@ -58,7 +64,7 @@ gboolean dirbuf_empty_dirs(struct dirbuf *db, struct fs *fs, off_t off,
 			   const char *dir_key, struct index *idx,
 			   index_id dir);
 
-/* readdir of declared directory @ino; replies. */
+/* readdir of declared directory @ino; replies (ESTALE if it is none). */
 void readdir_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
 		       off_t off);
 

@@ -62,19 +62,6 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 		forget_one(fs, e.ino, 1);
 }
 
-/* lookup of a name the index lacks among the declared directories of
- * @parent (@idx's @dir, or with @idx NULL a declared one); TRUE if
- * replied. */
-static gboolean lookup_declared(fuse_req_t req, struct fs *fs,
-				struct index *idx, index_id dir,
-				fuse_ino_t parent, const char *name)
-{
-	g_autofree char *key = idx ? index_key(idx, dir) : NULL;
-	const char *dir_key = idx ? key : empty_dir_key(fs, parent);
-
-	return dir_key && empty_dir_lookup(req, fs, dir_key, name);
-}
-
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
 	struct fs *fs = data(req);
@@ -92,8 +79,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	}
 	if (idx && index_lookup(idx, dir, name, strlen(name), &child)) {
 		reply_entry(req, fs, idx, child);
-	} else if (fs->ed && lookup_declared(req, fs, idx, dir, parent, name)) {
-		/* A directory of -o empty_dirs= the index lacks. */
+	} else if (fs->ed &&
+		   empty_dir_lookup(req, fs, idx, dir, parent, name)) {
+		/* A directory of -o empty_dirs= the index lacks: replied. */
 	} else if (fs->ov) {
 		lookup_overlay(req, fs, parent, name);
 	} else {
@@ -146,13 +134,9 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	idx = resolve(fs, ino, &id);
-	if (!idx && empty_dir_key(fs, ino)) {
-		empty_dir_stat(fs, ino, &st);
-		fuse_reply_attr(req, &st, fs->opts.entry_timeout);
-		return;
-	}
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_getattr(req, fs, ino))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	fill_stat(fs, idx, id, &st);
@@ -181,13 +165,9 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 		return;
 	}
 	idx = resolve(data(req), ino, &id);
-	if (!idx && empty_dir_key(data(req), ino)) {
-		fi->cache_readdir = 1;
-		fuse_reply_open(req, fi);
-		return;
-	}
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_opendir(req, data(req), ino, fi))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (!index_is_dir(idx, id)) {
@@ -262,12 +242,8 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		return;
 	}
 	idx = resolve(fs, ino, &dir);
-	if (!idx && empty_dir_key(fs, ino)) {
-		readdir_empty_dir(&db, fs, ino, off);
-		return;
-	}
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		readdir_empty_dir(&db, fs, ino, off); /* or ESTALE */
 		return;
 	}
 	full = !dirbuf_dots(&db, &off, dir_ino(idx, dir),
@@ -724,12 +700,12 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 		return;
 	}
 	idx = resolve(data(req), ino, &id);
-	if (!idx && empty_dir_key(data(req), ino)) {
-		reply_sized(req, "", 0, size);
-		return;
-	}
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		/* A declared directory has no object: no user.s3.*. */
+		if (empty_dir_key(data(req), ino))
+			reply_sized(req, "", 0, size);
+		else
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID)
