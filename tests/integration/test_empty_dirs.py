@@ -96,6 +96,24 @@ class EmptyDirsTest(harness.MountCase):
         self.assertTrue({"valid", "test", "deep/a/b"} <= walked, walked)
         self.unmount(m)
 
+    def test_bucketfs_compare_expects_them(self):
+        m = self.mount("compare", "empty_dirs=valid:deep/a:obj/x")
+
+        def compare(*opts):
+            r = harness.run([harness.binary("bucketfs-compare"), m.dir,
+                             "s3://dlio/DATA", "-o",
+                             f"endpoint={self.server.url}", *opts])
+            return r.returncode, r.stdout.decode() + r.stderr.decode()
+
+        rc, out = compare("-o", "empty_dirs=valid:deep/a:obj/x")
+        self.assertEqual(rc, 0, out)
+        self.assertIn("result: the two sides match", out)
+        rc, out = compare()
+        self.assertNotEqual(rc, 0, out)
+        self.assertIn("extra directory on mount: 'valid/'", out)
+        self.assertIn("extra directory on mount: 'deep/a/'", out)
+        self.unmount(m)
+
     def test_object_wins_with_a_notice(self):
         m = self.mount("object", "empty_dirs=obj:obj/below:valid")
         self.assertTrue(os.path.isfile(m.path("obj")))
