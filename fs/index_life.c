@@ -414,9 +414,7 @@ static void switch_to(struct reloader *r, const char *why)
 			  why);
 		return;
 	}
-	fs_switch_index(r->fs, idx);
-	log_msg(LOG_LEVEL_NOTICE, "%s: now serving %s", why, index_path(idx));
-	index_life_report_hidden(idx);
+	serve_index(r, idx, why);
 	index_unref(idx);
 }
 
