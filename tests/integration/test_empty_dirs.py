@@ -35,7 +35,8 @@ class EmptyDirsTest(harness.MountCase):
         cls.data = cls.mkdir("data")
         cls.server = harness.TestServer("--bucket", f"dlio={cls.data}",
                                         "--bucket",
-                                        f"hup={cls.mkdir('hup')}")
+                                        f"hup={cls.mkdir('hup')}",
+                                        "--synthetic", "big:5000:10:train/")
         for k, v in TRAIN.items():
             harness.put_object(cls.server.url, "dlio", k, v)
         # "DATA/obj" is an object: a declared "obj" yields to it.
@@ -94,6 +95,22 @@ class EmptyDirsTest(harness.MountCase):
         # os.walk sees them as directories (readdir's d_type).
         walked = {os.path.relpath(d, m.dir) for d, _, _ in os.walk(m.dir)}
         self.assertTrue({"valid", "test", "deep/a/b"} <= walked, walked)
+        self.unmount(m)
+
+    def test_large_directory_listed_in_many_replies(self):
+        """A declared name after 5,000 indexed ones: readdir resumes
+        across replies (offsets past the index's), each name once."""
+        m = self.mount("big", "empty_dirs=train/valid:train/0first",
+                       url="s3://big")
+        names = os.listdir(m.path("train"))
+        self.assertEqual(len(names), 5002)
+        self.assertEqual(len(set(names)), 5002)
+        self.assertIn("valid", names)
+        self.assertIn("0first", names)
+        self.assert_empty_dir(m.path("train", "valid"))
+        with os.scandir(m.path("train")) as it:
+            dirs = sorted(e.name for e in it if e.is_dir())
+        self.assertEqual(dirs, ["0first", "valid"])
         self.unmount(m)
 
     def test_bucketfs_compare_expects_them(self):
