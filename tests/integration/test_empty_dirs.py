@@ -169,6 +169,15 @@ class EmptyDirsTest(harness.MountCase):
                       "by mounts with empty_dirs=)", out)
         self.assertIn("train (a directory of the bucket)", out)
         self.assertIn("obj (hidden by the object s3://dlio/DATA/obj)", out)
+        self.assertIn("bucketfs-index: empty_dirs: 'obj' is not shown as a "
+                      "directory", r.stderr.decode())
+        r = harness.run([harness.binary("bucketfs-index"), "info",
+                         "s3://dlio/DATA", "-o",
+                         f"index={built},empty_dirs=train:valid"])
+        self.assertEqual(r.returncode, 0, r.stderr.decode())
+        self.assertIn("empty dirs:   train (a directory of the bucket), "
+                      "valid (not in the bucket: shown empty by mounts "
+                      "with empty_dirs=)\n", r.stdout.decode())
         m = self.mount("built", "empty_dirs=valid", index=built)
         self.assert_empty_dir(m.path("valid"))
         self.unmount(m)
