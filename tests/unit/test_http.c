@@ -493,6 +493,9 @@ static void assert_all_ok(struct tcase *tc)
 
 /* -- engines ------------------------------------------------------------ */
 
+/* The event threads of the engines of the test running (main()). */
+static guint event_threads = 1;
+
 struct rig {
 	struct server *srv[8];
 	char *urls[9];
@@ -519,6 +522,7 @@ static void rig_init(struct rig *r)
 	r->o.max_connections = 16;
 	r->o.backoff_base = 0.01;
 	r->o.backoff_max = 0.05;
+	r->o.event_threads = event_threads;
 }
 
 static void rig_start(struct rig *r)
@@ -1348,25 +1352,69 @@ static void test_stats_threads(void)
 	tcase_clear(&tc);
 }
 
+/*
+ * Every test runs with one event thread and with several ("/http/N/name"):
+ * the budget, ramp-up, ejection, FIFO and hedging hold for the engine as
+ * a whole.
+ */
+struct trun {
+	void (*fn)(void);
+	guint threads;
+};
+
+static void run_with(gconstpointer data)
+{
+	const struct trun *t = data;
+
+	event_threads = t->threads;
+	t->fn();
+	event_threads = 1;
+}
+
+static void add(const char *name, void (*fn)(void), guint threads)
+{
+	struct trun *t = g_new0(struct trun, 1);
+	g_autofree char *path = NULL;
+
+	t->fn = fn;
+	t->threads = threads;
+	path = g_strdup_printf("/http/%u/%s", threads, name);
+	g_test_add_data_func_full(path, t, run_with, g_free);
+}
+
 int main(int argc, char **argv)
 {
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+		guint many; /* the event threads of the second run */
+	} tests[] = {
+		{ "spread", test_spread, 3 },
+		{ "latency-aware", test_latency_aware, 3 },
+		{ "eject", test_eject, 3 },
+		{ "eject-burst", test_eject_burst, 3 },
+		{ "probe-readmits", test_probe_readmits, 3 },
+		{ "probe-fails", test_probe_fails, 3 },
+		{ "all-dead", test_all_dead, 3 },
+		{ "cause-chain", test_cause_chain, 3 },
+		{ "hedge-wins", test_hedge_wins, 3 },
+		{ "hedge-twin-fails", test_hedge_twin_fails, 3 },
+		{ "hedge-both-fail", test_hedge_both_fail, 3 },
+		{ "hedge-delay", test_hedge_delay, 3 },
+		{ "budget", test_budget, 3 },
+		{ "ramp", test_ramp, 3 },
+		/* Two hedged requests fill the four slots: with two threads,
+		 * each runs one and its duplicate in its slice of two. */
+		{ "shutdown", test_shutdown, 2 },
+		{ "stats", test_stats, 3 },
+		{ "stats-threads", test_stats_threads, 3 },
+	};
+	guint i;
+
 	g_test_init(&argc, &argv, NULL);
-	g_test_add_func("/http/spread", test_spread);
-	g_test_add_func("/http/latency-aware", test_latency_aware);
-	g_test_add_func("/http/eject", test_eject);
-	g_test_add_func("/http/eject-burst", test_eject_burst);
-	g_test_add_func("/http/probe-readmits", test_probe_readmits);
-	g_test_add_func("/http/probe-fails", test_probe_fails);
-	g_test_add_func("/http/all-dead", test_all_dead);
-	g_test_add_func("/http/cause-chain", test_cause_chain);
-	g_test_add_func("/http/hedge-wins", test_hedge_wins);
-	g_test_add_func("/http/hedge-twin-fails", test_hedge_twin_fails);
-	g_test_add_func("/http/hedge-both-fail", test_hedge_both_fail);
-	g_test_add_func("/http/hedge-delay", test_hedge_delay);
-	g_test_add_func("/http/budget", test_budget);
-	g_test_add_func("/http/ramp", test_ramp);
-	g_test_add_func("/http/shutdown", test_shutdown);
-	g_test_add_func("/http/stats", test_stats);
-	g_test_add_func("/http/stats-threads", test_stats_threads);
+	for (i = 0; i < G_N_ELEMENTS(tests); i++) {
+		add(tests[i].name, tests[i].fn, 1);
+		add(tests[i].name, tests[i].fn, tests[i].many);
+	}
 	return g_test_run();
 }
