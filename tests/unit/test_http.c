@@ -58,6 +58,8 @@ struct server {
 	GPtrArray *conns; /* of struct conn * */
 	int force_status;
 	int extra_delay_ms;
+	int reset_pct;	   /* of its answers, cut by an RST (server_flaky()) */
+	GHashTable *tries; /* path -> requests for it, for reset_pct */
 	struct server_counts n;
 	GArray *accept_us; /* gint64, monotonic */
 };
@@ -110,6 +112,40 @@ static int query_int(const char *path, const char *key, int dflt)
 	return dflt;
 }
 
+/*
+ * The body of "/x?b=N" bytes: a function of the path and the offset, so a
+ * body cut short, shifted or mixed with another is told apart.
+ */
+static void body_fill(const char *path, guint8 *buf, gsize len)
+{
+	guint h = g_str_hash(path);
+	gsize i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (guint8)(h + i * 131 + (i >> 8));
+}
+
+/*
+ * Whether the @try-th request for @path is cut: a fixed draw with
+ * probability @pct %, the same in every run whatever the timing.
+ */
+static guint32 mix32(guint32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+static gboolean reset_draw(const char *path, guint try, int pct)
+{
+	guint32 h = mix32(g_str_hash(path) ^ mix32(try * 0x9e3779b9u));
+
+	return (int)(h % 100) < pct;
+}
+
 static gboolean send_all(int fd, const char *p, gsize len)
 {
 	while (len) {
@@ -131,7 +167,7 @@ static gboolean serve(struct conn *c, const char *line)
 	int status, delay, bytes;
 	g_autofree char *head = NULL;
 	g_autofree char *body = NULL;
-	gboolean ok;
+	gboolean ok, reset = FALSE;
 
 	sscanf(line, "%*s %1023s", path);
 	pthread_mutex_lock(&s->lock);
@@ -140,6 +176,15 @@ static gboolean serve(struct conn *c, const char *line)
 	s->n.reqs_max = MAX(s->n.reqs_max, s->n.reqs_now);
 	status = s->force_status ? s->force_status : query_int(path, "s", 200);
 	delay = query_int(path, "d", 0) + s->extra_delay_ms;
+	if (s->reset_pct) {
+		guint try =
+			GPOINTER_TO_UINT(g_hash_table_lookup(s->tries, path)) +
+			1;
+
+		g_hash_table_replace(s->tries, g_strdup(path),
+				     GUINT_TO_POINTER(try));
+		reset = reset_draw(path, try, s->reset_pct);
+	}
 	pthread_mutex_unlock(&s->lock);
 	bytes = status == 200 ? query_int(path, "b", 2) : 0;
 	ok = !delay || conn_wait(c, delay);
@@ -148,9 +193,16 @@ static gboolean serve(struct conn *c, const char *line)
 				       "%d\r\nX-Port: %d\r\n\r\n",
 				       status, bytes, s->port);
 		body = g_malloc(bytes + 1);
-		memset(body, 'x', bytes);
+		body_fill(path, (guint8 *)body, bytes);
 		ok = send_all(c->fd, head, strlen(head)) &&
-		     send_all(c->fd, body, bytes);
+		     send_all(c->fd, body, reset ? bytes / 2 : bytes);
+	}
+	if (ok && reset) {
+		/* The peer sees "connection reset" (curl 56), not a FIN. */
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		ok = FALSE;
 	}
 	pthread_mutex_lock(&s->lock);
 	s->n.reqs_now--;
@@ -244,6 +296,7 @@ static struct server *server_new_refusing(void)
 	pthread_mutex_init(&s->lock, NULL);
 	s->conns = g_ptr_array_new();
 	s->accept_us = g_array_new(FALSE, FALSE, sizeof(gint64));
+	s->tries = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	return s;
 }
 
@@ -289,6 +342,7 @@ static void server_free(struct server *s)
 	}
 	g_ptr_array_unref(s->conns);
 	g_array_unref(s->accept_us);
+	g_hash_table_unref(s->tries);
 	pthread_mutex_destroy(&s->lock);
 	g_free(s);
 }
@@ -309,6 +363,17 @@ static void server_set(struct server *s, int force_status, int extra_delay)
 	s->force_status = force_status;
 	s->extra_delay_ms = extra_delay;
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* A server that cuts @pct % of its answers half way with an RST. */
+static struct server *server_flaky(int pct)
+{
+	struct server *s = server_new();
+
+	pthread_mutex_lock(&s->lock);
+	s->reset_pct = pct;
+	pthread_mutex_unlock(&s->lock);
+	return s;
 }
 
 static char *server_url(struct server *s)
@@ -333,6 +398,7 @@ struct treq {
 	int endpoint;	/* resp->endpoint->index, or -1 */
 	guint prepares; /* attempts prepared, each tagged with its number */
 	guint tag;	/* resp->tag: the number of the attempt that answered */
+	gboolean bytes_ok; /* a 200's body is exactly what the server sent */
 	gint64 submitted;
 	gint64 finished;
 };
@@ -387,6 +453,15 @@ static gboolean t_prepare(const struct http_endpoint *ep, gint64 unix_time,
 
 static void t_submit(struct treq *t, gboolean hedge, int pin, guint attempts);
 
+static gboolean body_right(const char *path, const struct http_response *resp)
+{
+	gsize len = (gsize)query_int(path, "b", 2);
+	g_autofree guint8 *want = g_malloc(len + 1);
+
+	body_fill(path, want, len);
+	return resp->body->len == len && !memcmp(resp->body->data, want, len);
+}
+
 static void t_done(struct http_request *req, struct http_response *resp,
 		   const GError *error, void *data)
 {
@@ -403,6 +478,7 @@ static void t_done(struct http_request *req, struct http_response *resp,
 	t->status = resp ? resp->status : 0;
 	t->endpoint = resp ? (int)resp->endpoint->index : -1;
 	t->tag = resp ? GPOINTER_TO_UINT(resp->tag) : 0;
+	t->bytes_ok = resp && resp->status == 200 && body_right(t->path, resp);
 	t->finished = now_us();
 	tc->done++;
 	again = g_steal_pointer(&t->resubmit);
@@ -488,6 +564,7 @@ static void assert_all_ok(struct tcase *tc)
 			g_error("%s failed: %s", t.what, t.message);
 		g_assert_cmpuint(t.calls, ==, 1);
 		g_assert_cmpint(t.status, ==, 200);
+		g_assert_true(t.bytes_ok);
 	}
 }
 
@@ -889,6 +966,159 @@ static void test_all_dead(void)
 	g_assert_cmpuint(
 		capture_count(&cap, LOG_LEVEL_WARNING, ejected_needle, NULL),
 		==, 3);
+	rig_clear(&r);
+	tcase_clear(&tc);
+	capture_stop(&cap);
+}
+
+/*
+ * With every endpoint ejected, attempts go to the one with the better
+ * recent success rate, not to the one that failed longest ago: a dead
+ * endpoint, ejected long before, gets no attempt while the one that
+ * answers (ejected by a short storm of 503s) does.
+ */
+static void test_all_ejected_best_rate(void)
+{
+	struct rig r;
+	struct tcase tc;
+	struct capture cap;
+	struct treq t;
+	guint64 dead;
+	guint i;
+
+	capture_start(&cap, 0);
+	rig_init(&r);
+	rig_add(&r, server_new_refusing());
+	rig_add(&r, server_new());
+	r.o.eject_after = 2;
+	r.o.eject_cooloff = 60;
+	r.o.max_attempts = 3;
+	rig_start(&r);
+	tcase_init(&tc);
+	eject_first(&r, &tc);
+	for (i = 0; i < 10; i++) {
+		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
+		wait_done(&tc, tc.reqs->len, 10);
+	}
+	assert_all_ok(&tc);
+	rig_stats(&r);
+	dead = r.st[0].requests;
+	g_assert_cmpuint(dead, ==, 2);
+	/* A storm of 503s ejects the live one too; its third attempt goes
+	 * there again, the record of the dead one being worse. */
+	server_set(r.srv[1], 503, 0);
+	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
+	wait_done(&tc, tc.reqs->len, 10);
+	t = t_get(g_ptr_array_index(tc.reqs, tc.reqs->len - 1));
+	g_test_message("%s", t.message);
+	g_assert_cmpint(t.status, ==, 503);
+	g_assert_nonnull(strstr(t.message, " (attempt 3/3, "));
+	rig_stats(&r);
+	g_assert_true(r.st[0].ejected);
+	g_assert_true(r.st[1].ejected);
+	g_assert_cmpuint(r.st[0].requests, ==, dead);
+	/* It recovers: the next requests reach it and re-admit it. */
+	server_set(r.srv[1], 0, 0);
+	for (i = 0; i < 10; i++) {
+		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
+		wait_done(&tc, tc.reqs->len, 10);
+		t = t_get(g_ptr_array_index(tc.reqs, tc.reqs->len - 1));
+		g_assert_cmpint(t.code, ==, 0);
+		g_assert_true(t.bytes_ok);
+		g_assert_cmpuint(t.prepares, ==, 1);
+	}
+	rig_stats(&r);
+	g_assert_cmpuint(r.st[0].requests, ==, dead);
+	g_assert_false(r.st[1].ejected);
+	g_assert_cmpuint(
+		capture_count(&cap, LOG_LEVEL_NOTICE, "re-admitted", NULL), ==,
+		1);
+	rig_clear(&r);
+	tcase_clear(&tc);
+	capture_stop(&cap);
+}
+
+#define FLAKY_READS 10000
+#define FLAKY_PCT   30
+
+/* The longest run of cut answers any of the reads meets from the start. */
+static guint flaky_worst_run(void)
+{
+	guint i, worst = 0;
+
+	for (i = 0; i < FLAKY_READS; i++) {
+		g_autofree char *path = g_strdup_printf("/x?b=4096&i=%u", i);
+		guint run = 0;
+
+		while (reset_draw(path, run + 1, FLAKY_PCT))
+			run++;
+		worst = MAX(worst, run);
+	}
+	return worst;
+}
+
+/*
+ * Issue 14's case: one endpoint refuses every connection, the other cuts
+ * 30% of its answers with an RST; 10,000 reads of 4 KiB, 10 attempts each.
+ * The flaky one is ejected again and again (5 cuts in a row), so both are
+ * often ejected at once; then the attempts must still go to the one that
+ * answers.  Every read succeeds with every byte right, and the dead one
+ * gets nothing but the ejection's attempts and one probe per cool-off.
+ *
+ * The cuts are a fixed draw per (path, try), the same in every run: the
+ * worst read meets 8 in a row at most (checked first), so with at most one
+ * attempt of a read spent on the dead endpoint (its probe) every read
+ * succeeds, and a failure is the engine's.
+ */
+static void test_dead_and_flaky(void)
+{
+	struct rig r;
+	struct tcase tc;
+	struct capture cap;
+	guint worst = flaky_worst_run();
+	gint64 t0;
+	double secs;
+	guint64 dead_bound;
+
+	g_test_message("the worst read meets %u cuts in a row", worst);
+	g_assert_cmpuint(worst, <=, 8);
+	capture_start(&cap, 0);
+	rig_init(&r);
+	rig_add(&r, server_new_refusing());
+	rig_add(&r, server_flaky(FLAKY_PCT));
+	r.o.eject_after = 5;
+	r.o.eject_cooloff = 0.5;
+	r.o.max_attempts = 10;
+	r.o.max_connections = 16;
+	rig_start(&r);
+	tcase_init(&tc);
+	t0 = now_us();
+	{
+		guint i;
+
+		for (i = 0; i < FLAKY_READS; i++) {
+			g_autofree char *path =
+				g_strdup_printf("/x?b=4096&i=%u", i);
+
+			t_submit(t_new(&tc, r.http, path), FALSE, -1, 0);
+		}
+	}
+	wait_done(&tc, FLAKY_READS, 100);
+	secs = (now_us() - t0) / 1e6;
+	rig_stats(&r);
+	g_test_message("%u reads in %.1f s with %u event threads: dead "
+		       "endpoint %" G_GUINT64_FORMAT " attempts, flaky one "
+		       "%" G_GUINT64_FORMAT " attempts, %" G_GUINT64_FORMAT
+		       " errors, %" G_GUINT64_FORMAT " ejections",
+		       FLAKY_READS, secs, http_event_threads(r.http),
+		       r.st[0].requests, r.st[1].requests, r.st[1].errors,
+		       r.st[1].ejections);
+	assert_all_ok(&tc);
+	/* The attempts in flight when it was ejected, then one probe per
+	 * cool-off (one at a time). */
+	dead_bound = 5 + r.o.max_connections + (guint64)(secs / 0.5) + 1;
+	g_assert_cmpuint(r.st[0].requests, <=, dead_bound);
+	g_assert_cmpuint(r.st[1].ejections, >=, 1);
 	rig_clear(&r);
 	tcase_clear(&tc);
 	capture_stop(&cap);
@@ -1396,6 +1626,8 @@ int main(int argc, char **argv)
 		{ "probe-readmits", test_probe_readmits, 3 },
 		{ "probe-fails", test_probe_fails, 3 },
 		{ "all-dead", test_all_dead, 3 },
+		{ "all-ejected-best-rate", test_all_ejected_best_rate, 3 },
+		{ "dead-and-flaky", test_dead_and_flaky, 3 },
 		{ "cause-chain", test_cause_chain, 3 },
 		{ "hedge-wins", test_hedge_wins, 3 },
 		{ "hedge-twin-fails", test_hedge_twin_fails, 3 },
