@@ -397,6 +397,7 @@ struct treq {
 	long status;
 	int endpoint;	/* resp->endpoint->index, or -1 */
 	guint prepares; /* attempts prepared, each tagged with its number */
+	guint rank;	/* protected by tc->lock: its first attempt's place */
 	guint tag;	/* resp->tag: the number of the attempt that answered */
 	gboolean bytes_ok; /* a 200's body is exactly what the server sent */
 	gint64 submitted;
@@ -405,7 +406,8 @@ struct treq {
 
 struct tcase {
 	pthread_mutex_t lock;
-	guint done; /* protected by lock */
+	guint done;    /* protected by lock */
+	guint started; /* protected by lock: first attempts prepared */
 	GPtrArray *reqs;
 };
 
@@ -413,6 +415,7 @@ static void tcase_init(struct tcase *tc)
 {
 	pthread_mutex_init(&tc->lock, NULL);
 	tc->done = 0;
+	tc->started = 0;
 	tc->reqs = g_ptr_array_new();
 }
 
@@ -447,6 +450,8 @@ static gboolean t_prepare(const struct http_endpoint *ep, gint64 unix_time,
 	g_string_append(url, t->path);
 	pthread_mutex_lock(&t->tc->lock);
 	*tag = GUINT_TO_POINTER(++t->prepares);
+	if (t->prepares == 1)
+		t->rank = t->tc->started++;
 	pthread_mutex_unlock(&t->tc->lock);
 	return TRUE;
 }
@@ -1343,6 +1348,42 @@ static void test_budget(void)
 	tcase_clear(&tc);
 }
 
+/*
+ * First come, first served across the event threads: with one slot per
+ * thread and a queue, requests start in the order they were submitted;
+ * only requests taken at the same moment by different threads may swap
+ * (by fewer places than there are threads).
+ */
+static void test_fifo(void)
+{
+	struct rig r;
+	struct tcase tc;
+	guint i, swapped = 0;
+
+	rig_init(&r);
+	rig_add(&r, server_new());
+	rig_add(&r, server_new());
+	r.o.max_connections = event_threads;
+	rig_start(&r);
+	tcase_init(&tc);
+	/* Long enough that a thread taking its next request is not outrun
+	 * by another that has already finished one. */
+	submit_n(&tc, r.http, 60, "/x?d=50", FALSE);
+	wait_done(&tc, 60, 30);
+	assert_all_ok(&tc);
+	for (i = 0; i < tc.reqs->len; i++) {
+		struct treq t = t_get(g_ptr_array_index(tc.reqs, i));
+		guint off = t.rank > i ? t.rank - i : i - t.rank;
+
+		g_assert_cmpuint(off, <, event_threads);
+		swapped += off > 0;
+	}
+	g_test_message("%u of 60 started out of place by less than %u", swapped,
+		       event_threads);
+	rig_clear(&r);
+	tcase_clear(&tc);
+}
+
 /* The most accepts within any @window_us of the sorted @t. */
 static guint max_in_window(const gint64 *t, guint n, gint64 window_us)
 {
@@ -1634,6 +1675,7 @@ int main(int argc, char **argv)
 		{ "hedge-both-fail", test_hedge_both_fail, 3 },
 		{ "hedge-delay", test_hedge_delay, 3 },
 		{ "budget", test_budget, 3 },
+		{ "fifo", test_fifo, 3 },
 		{ "ramp", test_ramp, 3 },
 		/* Two hedged requests fill the four slots: with two threads,
 		 * each runs one and its duplicate in its slice of two. */
