@@ -3,7 +3,8 @@
  * http.c - libcurl multi event threads: endpoints, budget, retries, hedges.
  *
  * Threads.  The engine runs event_threads event threads ("loops"), each
- * with its own curl multi handle, and DONE_THREADS done threads.  A loop
+ * with its own curl multi handle, and done threads (DONE_THREADS, or one
+ * per loop when there are more loops).  A loop
  * touches only its own curl handles.  Everything the loops share is in
  * struct http and struct endpoint and is protected by http->lock: the
  * submission FIFO, the budget's books, each endpoint's health, latency,
@@ -52,7 +53,7 @@
 #define TICK_US		   10000 /* the ramp-up's tick */
 #define EWMA_WEIGHT	   0.2	 /* of the newest latency */
 #define EWMA_HALF_LIFE_US  G_USEC_PER_SEC /* of a latency not renewed */
-#define DONE_THREADS	   2  /* run done(): see struct completion */
+#define DONE_THREADS	   2  /* at least, run done(): see struct completion */
 #define RECORD_LEN	   32 /* outcomes kept for the success rate */
 #define MAX_EVENT_THREADS  64
 
@@ -161,7 +162,8 @@ struct http {
 	pthread_cond_t done_cond;
 	GQueue done_queue;  /* of struct completion *; under done_lock */
 	gboolean done_stop; /* under done_lock: exit once the queue is empty */
-	pthread_t done_threads[DONE_THREADS];
+	pthread_t *done_threads; /* ndone of them, immutable */
+	guint ndone;
 	guint done_started;
 };
 
@@ -223,7 +225,7 @@ struct http_request {
 
 /*
  * A finished request on its way to done().  done() runs on one of the
- * DONE_THREADS, not on an event thread: what callers do with a body
+ * done threads, not on an event thread: what callers do with a body
  * (copy it into a FUSE reply, hash it, parse it) then overlaps the
  * transfers still running instead of delaying every one of them.  The
  * loop is done with the request before it is queued; the queue's lock
@@ -1821,7 +1823,10 @@ static gboolean start_threads(struct http *http, GError **error)
 {
 	guint i;
 
-	for (i = 0; i < DONE_THREADS; i++) {
+	/* The copies they make grow with the loops' transfers. */
+	http->ndone = MAX(DONE_THREADS, http->nloops);
+	http->done_threads = g_new0(pthread_t, http->ndone);
+	for (i = 0; i < http->ndone; i++) {
 		int rc = pthread_create(&http->done_threads[i], NULL,
 					done_thread, http);
 
@@ -1948,6 +1953,7 @@ void http_free(struct http *http)
 	for (i = 0; i < http->nloops && http->loops; i++)
 		loop_clear(&http->loops[i]);
 	g_free(http->loops);
+	g_free(http->done_threads);
 	g_clear_pointer(&http->rand, g_rand_free);
 	g_ptr_array_unref(http->endpoints);
 	pthread_mutex_destroy(&http->lock);

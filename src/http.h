@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * http.h - the HTTP engine: event_threads libcurl multi event threads per
- * engine, and two threads that run the requests' done callbacks.
+ * engine, and done threads (two, or one per event thread when there are
+ * more) that run the requests' done callbacks.
  *
  * The engine owns the endpoints, the connection pool and the retry policy.
  * Callers build a struct http_request, hand it to http_submit() from any
@@ -219,7 +220,7 @@ typedef enum http_verdict (*http_judge_fn)(const struct http_response *resp,
 
 /*
  * Called exactly once per request, on one of the engine's done threads
- * (two of them: callbacks of different requests may run at the same time),
+ * (callbacks of different requests may run at the same time),
  * or on the submitting thread for a request refused after shutdown.  On
  * success
  * @error is NULL and @resp the judged response; on failure @error holds
