@@ -655,6 +655,33 @@ static void submit_n(struct tcase *tc, struct http *http, guint n,
 		t_submit(t_new(tc, http, path), hedge, -1, 0);
 }
 
+/* Submits one GET of @path, waits for it, and returns its snapshot. */
+static struct treq submit_wait(struct tcase *tc, struct http *http,
+			       const char *path)
+{
+	struct treq *t = t_new(tc, http, path);
+
+	t_submit(t, FALSE, -1, 0);
+	wait_done(tc, tc->reqs->len, 10);
+	return t_get(t);
+}
+
+/*
+ * Endpoint 0 refuses every connection, endpoint 1 is @live; @eject_after
+ * failures eject for @cooloff s; @attempts per request.  Not started.
+ */
+static void rig_init_dead_first(struct rig *r, struct server *live,
+				guint eject_after, double cooloff,
+				guint attempts)
+{
+	rig_init(r);
+	rig_add(r, server_new_refusing());
+	rig_add(r, live);
+	r->o.eject_after = eject_after;
+	r->o.eject_cooloff = cooloff;
+	r->o.max_attempts = attempts;
+}
+
 /* Equal endpoints share the load: concurrency goes to the least loaded. */
 static void test_spread(void)
 {
@@ -738,18 +765,11 @@ static void test_eject(void)
 	guint i;
 
 	capture_start(&cap, 0);
-	rig_init(&r);
-	rig_add(&r, server_new_refusing());
-	rig_add(&r, server_new());
-	r.o.eject_after = 3;
-	r.o.eject_cooloff = 60;
-	r.o.max_attempts = 3;
+	rig_init_dead_first(&r, server_new(), 3, 60, 3);
 	rig_start(&r);
 	tcase_init(&tc);
-	for (i = 0; i < 20; i++) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, i + 1, 10);
-	}
+	for (i = 0; i < 20; i++)
+		submit_wait(&tc, r.http, "/x");
 	assert_all_ok(&tc);
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, 3);
@@ -815,8 +835,7 @@ static void eject_first(struct rig *r, struct tcase *tc)
 	guint i;
 
 	for (i = 0; i < 20; i++) {
-		t_submit(t_new(tc, r->http, "/x"), FALSE, -1, 0);
-		wait_done(tc, tc->reqs->len, 10);
+		submit_wait(tc, r->http, "/x");
 		rig_stats(r);
 		if (r->st[0].ejected)
 			return;
@@ -852,15 +871,12 @@ static void test_probe_readmits(void)
 	g_assert_cmpuint(before, ==, 2);
 	server_set(r.srv[0], 0, 0);
 	/* During the cool-off nothing goes there. */
-	while (now_us() - t0 < 300000) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, tc.reqs->len, 10);
-	}
+	while (now_us() - t0 < 300000)
+		submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before);
 	g_usleep(t0 + 600000 - now_us());
-	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-	wait_done(&tc, tc.reqs->len, 10);
+	submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 1);
 	g_assert_false(r.st[0].ejected);
@@ -914,8 +930,7 @@ static void test_probe_fails(void)
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 1);
 	g_usleep(400000);
-	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-	wait_done(&tc, tc.reqs->len, 10);
+	submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 2);
 	assert_all_ok(&tc);
@@ -992,19 +1007,12 @@ static void test_all_ejected_best_rate(void)
 	guint i;
 
 	capture_start(&cap, 0);
-	rig_init(&r);
-	rig_add(&r, server_new_refusing());
-	rig_add(&r, server_new());
-	r.o.eject_after = 2;
-	r.o.eject_cooloff = 60;
-	r.o.max_attempts = 3;
+	rig_init_dead_first(&r, server_new(), 2, 60, 3);
 	rig_start(&r);
 	tcase_init(&tc);
 	eject_first(&r, &tc);
-	for (i = 0; i < 10; i++) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, tc.reqs->len, 10);
-	}
+	for (i = 0; i < 10; i++)
+		submit_wait(&tc, r.http, "/x");
 	assert_all_ok(&tc);
 	rig_stats(&r);
 	dead = r.st[0].requests;
@@ -1012,9 +1020,7 @@ static void test_all_ejected_best_rate(void)
 	/* A storm of 503s ejects the live one too; its third attempt goes
 	 * there again, the record of the dead one being worse. */
 	server_set(r.srv[1], 503, 0);
-	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-	wait_done(&tc, tc.reqs->len, 10);
-	t = t_get(g_ptr_array_index(tc.reqs, tc.reqs->len - 1));
+	t = submit_wait(&tc, r.http, "/x");
 	g_test_message("%s", t.message);
 	g_assert_cmpint(t.status, ==, 503);
 	g_assert_nonnull(strstr(t.message, " (attempt 3/3, "));
@@ -1025,9 +1031,7 @@ static void test_all_ejected_best_rate(void)
 	/* It recovers: the next requests reach it and re-admit it. */
 	server_set(r.srv[1], 0, 0);
 	for (i = 0; i < 10; i++) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, tc.reqs->len, 10);
-		t = t_get(g_ptr_array_index(tc.reqs, tc.reqs->len - 1));
+		t = submit_wait(&tc, r.http, "/x");
 		g_assert_cmpint(t.code, ==, 0);
 		g_assert_true(t.bytes_ok);
 		g_assert_cmpuint(t.prepares, ==, 1);
@@ -1088,12 +1092,7 @@ static void test_dead_and_flaky(void)
 	g_test_message("the worst read meets %u cuts in a row", worst);
 	g_assert_cmpuint(worst, <=, 8);
 	capture_start(&cap, 0);
-	rig_init(&r);
-	rig_add(&r, server_new_refusing());
-	rig_add(&r, server_flaky(FLAKY_PCT));
-	r.o.eject_after = 5;
-	r.o.eject_cooloff = 0.5;
-	r.o.max_attempts = 10;
+	rig_init_dead_first(&r, server_flaky(FLAKY_PCT), 5, 0.5, 10);
 	r.o.max_connections = 16;
 	rig_start(&r);
 	tcase_init(&tc);
