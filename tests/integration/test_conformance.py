@@ -101,6 +101,8 @@ class Conformance:
     name = None
     # {reason: predicate(key)}: special keys this server cannot store.
     unstorable = {}
+    # S3's multipart ETag "MD5-N" (s3rver gives the MD5 of the bytes).
+    multipart_etag_parts = False
 
     @classmethod
     def make_server(cls):
@@ -249,7 +251,8 @@ class Conformance:
     def test_multipart_object(self):
         if self.mp_reason:
             self.skipTest(self.mp_reason)
-        self.assertRegex(self.mp_etag, r'^"?[0-9a-f]{32}-3"?$')
+        if self.multipart_etag_parts:
+            self.assertRegex(self.mp_etag, r'^"[0-9a-f]{32}-3"$')
         self.built()
         m = self.mount("ds", self.idx)
         with open(m.path("mp", "multi.bin"), "rb") as f:
@@ -276,14 +279,16 @@ class Conformance:
         with open(m.path("c.bin"), "rb") as f:
             self.assertEqual(f.read(), b"mut/c.bin" * 100)
         out = m.output()
-        self.assertRegex(out, r"read 'mut/a\.bin': the object changed after the "
-                         r"index was built .*GET s3://\S+/mut/a\.bin via "
-                         r"\S+ \(attempt 1/\d+, .*HTTP 412 ")
+        self.assertRegex(out, r"read 'mut/a\.bin': the object changed after "
+                         r"the index was built .*GET s3://\S+/mut/a\.bin via "
+                         r"\S+ \(attempt 1/\d+, .*(HTTP 412 |ETag \"\w+\" "
+                         r"differs from If-Match \"\w+\" \(the server "
+                         r"ignored If-Match\))")
         self.assertIn("the object vanished after the index was built", out)
         self.assertRegex(out, r"HTTP 404 NoSuchKey")
         # An empty <Message> (RGW) leaves no dangling ': ' before the id.
         self.assertNotRegex(out, r"HTTP 4\d\d \S*:\s+\(RequestId")
-        self.assertNotRegex(out, r"HTTP 4\d\d \S*: *$")
+        self.assertNotRegex(out, r"(?m)HTTP 4\d\d \S*: *$")
         self.unmount(m)
 
     def test_remount_sends_zero_list(self):
@@ -401,6 +406,7 @@ class S3rverConformance(Conformance, harness.MountCase):
 
 class RGWConformance(Conformance, harness.MountCase):
     name = "Ceph RGW"
+    multipart_etag_parts = True
     @classmethod
     def make_server(cls):
         s = harness.RGW("conf")
