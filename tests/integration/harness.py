@@ -473,7 +473,8 @@ class RGW:
         self.SK = env["BFS_RGW_SK"]
         self.state = env.get("BFS_RGW_DIR")
         self.port = int(self.url.rsplit(":", 1)[1])
-        self.bucket = f"{bucket}-{os.getpid()}-{int(time.time() * 1e3) % 100000}"
+        stamp = int(time.time() * 1e3) % 100000
+        self.bucket = f"{bucket}-{os.getpid()}-{stamp}"
         s = Signer(self.url, self.AK, self.SK)
         s.create_bucket(self.bucket)
         s.close()
