@@ -16,6 +16,10 @@
  *
  * Lock order: fs->lock is a leaf; it is never held across a request or a
  * FUSE reply.
+ *
+ * Implemented by fs.c (the struct's life, generations, node ids, open
+ * handles), ops.c (the read path, metadata and the op table) and
+ * overlay_ops.c (writable mode); fs_internal.h is what they share.
  */
 #ifndef BUCKETFS_FS_OPS_H
 #define BUCKETFS_FS_OPS_H
