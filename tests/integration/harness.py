@@ -306,6 +306,28 @@ def put_objects(url, bucket, objects, ak=AK, sk=SK, workers=16):
             f.result()
 
 
+def shutdown(*socks):
+    """Shuts both directions of every socket, ignoring closed ones."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def relay(src, dst):
+    """Copies @src to @dst until either ends; then shuts both down."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    shutdown(src, dst)
+
+
 class CountingProxy:
     """A loopback TCP relay in front of an S3 server that counts the
     requests passing through it, by kind: "LIST" (list-type=2), else the
@@ -356,24 +378,8 @@ class CountingProxy:
                 self.conns += [c, up]
             threading.Thread(target=self._requests, args=(c, up),
                              daemon=True).start()
-            threading.Thread(target=self._pipe, args=(up, c),
+            threading.Thread(target=relay, args=(up, c),
                              daemon=True).start()
-
-    @staticmethod
-    def _pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
 
     def _requests(self, src, dst):
         buf = b""
@@ -404,24 +410,14 @@ class CountingProxy:
                     left -= len(part)
         except OSError:
             pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
+        shutdown(src, dst)
 
     def stop(self):
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
+        shutdown(self.sock)
         self.sock.close()
         with self.lock:
+            shutdown(*self.conns)
             for c in self.conns:
-                try:
-                    c.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 c.close()
             self.conns = []
 

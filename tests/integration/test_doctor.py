@@ -188,22 +188,6 @@ class HeadWithABody:
             threading.Thread(target=self.serve, args=(c,),
                              daemon=True).start()
 
-    @staticmethod
-    def pipe(src, dst):
-        try:
-            while True:
-                data = src.recv(65536)
-                if not data:
-                    break
-                dst.sendall(data)
-        except OSError:
-            pass
-        for s in (src, dst):
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
     def serve(self, c):
         buf = b""
         try:
@@ -224,16 +208,14 @@ class HeadWithABody:
                 up.sendall(buf)
         except OSError:
             return
-        threading.Thread(target=self.pipe, args=(up, c), daemon=True).start()
-        self.pipe(c, up)
+        threading.Thread(target=harness.relay, args=(up, c),
+                         daemon=True).start()
+        harness.relay(c, up)
 
     def stop(self):
         self.sock.close()
+        harness.shutdown(*self.socks)
         for s in self.socks:
-            try:
-                s.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
             s.close()
 
 
