@@ -331,7 +331,7 @@ def relay(src, dst):
 class CountingProxy:
     """A loopback TCP relay in front of an S3 server that counts the
     requests passing through it, by kind: "LIST" (list-type=2), else the
-    method.  Bytes are relayed unchanged (SigV4 signs the Host header the
+    method; "PROBE" counts the LISTs with max-keys=1 once more.  Bytes are relayed unchanged (SigV4 signs the Host header the
     client sent, which the server then sees), so it works with any server;
     for the servers that count nothing themselves (s3rver, RGW).  Request
     bodies are skipped by Content-Length, the only framing bucketfs
@@ -395,8 +395,13 @@ class CountingProxy:
                 method, target = (line.split(" ") + ["", ""])[:2]
                 kind = "LIST" if re.search(r"[?&]list-type=2(&|$)",
                                            target) else method
+                probe = kind == "LIST" and re.search(r"[?&]max-keys=1(&|$)",
+                                                     target)
                 with self.lock:
                     self.counts[kind] = self.counts.get(kind, 0) + 1
+                    if probe:
+                        self.counts["PROBE"] = self.counts.get("PROBE",
+                                                               0) + 1
                 m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
                 left = int(m.group(1)) if m else 0
                 dst.sendall(head + b"\r\n\r\n")
@@ -451,10 +456,13 @@ class RGW:
     suite's instance when BFS_RGW_URL is set (tools/run-tests.sh), else
     starts its own with tests/rgw/rgw.sh and stops it in stop().  Either
     way a bucket of its own, named @bucket plus a unique suffix (.bucket),
-    which stop() deletes with everything in it.  A server that cannot
-    start fails the test with the reason: never a skip."""
+    which stop() deletes with everything in it.  With @shared and the
+    suite's RGW, the bucket is @bucket plus "-suite" and outlives the test
+    (the suite's end removes the whole cluster): for a data set too slow to
+    seed once per build.  A server that cannot start fails the test with
+    the reason: never a skip."""
 
-    def __init__(self, bucket):
+    def __init__(self, bucket, shared=False):
         self.own = None
         env = os.environ
         if not env.get("BFS_RGW_URL"):
@@ -470,9 +478,15 @@ class RGW:
         self.state = env.get("BFS_RGW_DIR")
         self.port = int(self.url.rsplit(":", 1)[1])
         stamp = int(time.time() * 1e3) % 100000
-        self.bucket = f"{bucket}-{os.getpid()}-{stamp}"
+        self.keep = shared and not self.own
+        self.bucket = f"{bucket}-suite" if self.keep else \
+            f"{bucket}-{os.getpid()}-{stamp}"
         s = Signer(self.url, self.AK, self.SK)
-        s.create_bucket(self.bucket)
+        # 200 again for a bucket of our own in us-east-1, or 409
+        # BucketAlreadyOwnedByYou elsewhere: both fine when shared.
+        s.check(f"PUT bucket {self.bucket}",
+                s.request("PUT", "/" + self.bucket),
+                (200, 409) if self.keep else (200,))
         s.close()
 
     def admin(self, *args):
@@ -483,7 +497,7 @@ class RGW:
 
     def stop(self):
         try:
-            if self.state:
+            if self.state and not self.keep:
                 r = self.admin("bucket", "rm", f"--bucket={self.bucket}",
                                "--purge-objects", "--bypass-gc")
                 if r.returncode != 0:
