@@ -6,6 +6,7 @@
  */
 #include <string.h>
 
+#include "emptydir_ops.h"
 #include "fs_internal.h"
 
 /* -- generations -------------------------------------------------------- */
@@ -61,6 +62,15 @@ struct index *resolve(struct fs *fs, fuse_ino_t ino, index_id *id)
 	g_autofree char *key = NULL;
 	struct gen *g;
 
+	if (is_empty_dir(ino)) {
+		const char *k = empty_dir_key(fs, ino);
+
+		cur = k ? fs_current_index(fs) : NULL;
+		if (cur && find_key(cur, k, id) && index_is_dir(cur, *id))
+			return cur;
+		index_unref(cur);
+		return NULL;
+	}
 	g_mutex_lock(&fs->lock);
 	if (ino == FUSE_ROOT_ID) {
 		g = fs->current;
@@ -209,6 +219,12 @@ void fs_set_s3(struct fs *fs, struct s3 *s3)
 		fs->ov = overlay_new(s3, fs->opts.write_max);
 }
 
+void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d)
+{
+	emptydirs_free(fs->ed);
+	fs->ed = d;
+}
+
 void fs_set_session(struct fs *fs, struct fuse_session *se)
 {
 	fs->se = se;
@@ -254,6 +270,7 @@ void fs_free(struct fs *fs)
 		handle_destroy(h);
 	g_hash_table_unref(fs->handles);
 	overlay_free(fs->ov);
+	emptydirs_free(fs->ed);
 	s3_free(fs->s3);
 	readahead_free(fs->ra);
 	g_hash_table_unref(fs->gens);
@@ -271,6 +288,7 @@ void fs_switch_index(struct fs *fs, struct index *idx)
 	if (old)
 		gen_maybe_drop(fs, old);
 	g_mutex_unlock(&fs->lock);
+	empty_dirs_report(fs, idx);
 	/* The root's cached listing and attributes are stale now; other
 	 * nodes answer from the new index (see resolve()) and drop their
 	 * page caches at the next open. */

@@ -7,7 +7,8 @@
  *                 and the set of open handles;
  *   ops.c         the read path and metadata, and the op table (fs_ops);
  *   overlay_ops.c writable mode's operations (overlay_ops.h), and the
- *                 EROFS/EXDEV answers of a read-only mount.
+ *                 EROFS/EXDEV answers of a read-only mount;
+ *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h).
  *
  * The public contract, the node-id scheme and the lock order are in
  * ops.h.  Node ids of generation OVERLAY_GEN are writable mode's: their
@@ -19,6 +20,7 @@
 #include <fuse_lowlevel.h>
 #include <glib.h>
 
+#include "emptydirs.h"
 #include "index.h"
 #include "ops.h"
 #include "overlay.h"
@@ -33,6 +35,11 @@
 #define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
 #define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
 #define OVERLAY_TIMEOUT 1.0
+/* -o empty_dirs=: node ids of the declared directories the index lacks
+ * (low bits: an emptydirs.h node number), and their readdir offsets,
+ * after the indexed names and before the overlay's. */
+#define EMPTY_GEN    (OVERLAY_GEN - 1)
+#define EMPTY_DIROFF (G_GUINT64_CONSTANT(1) << 61)
 
 /* An index and how many kernel lookups its nodes hold. */
 struct gen {
@@ -46,6 +53,7 @@ struct fs {
 	struct readahead *ra;	 /* likewise */
 	struct overlay *ov;	 /* likewise; NULL unless writable */
 	struct fuse_session *se; /* likewise */
+	struct emptydirs *ed;	 /* likewise; NULL without empty_dirs */
 	struct fs_options opts;
 
 	GMutex lock;
@@ -87,6 +95,12 @@ static inline gboolean is_overlay(fuse_ino_t ino)
 	return (ino >> GEN_SHIFT) == OVERLAY_GEN;
 }
 
+/* Whether @ino names a declared directory (emptydir_ops.h). */
+static inline gboolean is_empty_dir(fuse_ino_t ino)
+{
+	return (ino >> GEN_SHIFT) == EMPTY_GEN;
+}
+
 /* The node id of overlay node @node. */
 static inline fuse_ino_t ov_ino(guint64 node)
 {
@@ -100,7 +114,9 @@ static inline fuse_ino_t ov_ino(guint64 node)
  * it); NULL for a node id that names no live generation.  A node of an
  * older index is answered from the current one when its key is still
  * there, so a SIGHUP refresh reaches names the kernel already knows.
- * Not for overlay nodes.  Any thread.
+ * Likewise a declared directory (is_empty_dir()) is answered from the
+ * current index once that has it, else NULL.  Not for overlay nodes.  Any
+ * thread.
  */
 struct index *resolve(struct fs *fs, fuse_ino_t ino, index_id *id);
 
@@ -131,6 +147,14 @@ gboolean dirbuf_add(struct dirbuf *db, const char *name,
 
 /* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
 gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent);
+
+/*
+ * The owner and st_mode of a node: type, then the mount's file_mode or
+ * dir_mode, without write bits unless @can_write (a name that takes
+ * writes: see fs_options).
+ */
+void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
+	       gboolean can_write);
 
 /* One syslog line per endpoint, and one for readahead (fs_stop()). */
 void log_summary(struct fs *fs);

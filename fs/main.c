@@ -13,7 +13,9 @@
  * unmount cleanly.
  */
 #include <errno.h>
+#include <grp.h>
 #include <malloc.h>
+#include <pwd.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,7 @@
 #include <fuse_lowlevel.h>
 
 #include "config.h"
+#include "emptydirs.h"
 #include "error.h"
 #include "index.h"
 #include "index_life.h"
@@ -87,6 +90,15 @@ static const char mount_help[] =
 "                          makes a \"DIR/\" marker; indexed objects stay\n"
 "                          read-only; rename and link give EXDEV\n"
 "    write_max=BYTES       largest file in writable mode (64 MiB)\n"
+"    uid=USER              owner of every file and directory, a number\n"
+"                          or a name (default: the user who mounted)\n"
+"    gid=GROUP             their group (default: the mounting user's)\n"
+"    file_mode=OCTAL       permissions of files (default 0644)\n"
+"    dir_mode=OCTAL        permissions of directories (default 0755);\n"
+"                          write bits show only where writes can work:\n"
+"                          none on a read-only mount, none on indexed\n"
+"                          objects; the kernel enforces them\n"
+"                          (default_permissions)\n"
 "    allow_other           let other users see the mount (FUSE)\n"
 "    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
 "\n"
@@ -117,6 +129,62 @@ static gboolean parse_number(const char *name, const char *v, double max,
 	}
 	*out = d;
 	return TRUE;
+}
+
+/* uid= and gid=: a number, or a name this host knows. */
+static gboolean parse_owner(const char *name, const char *v, guint32 *out,
+			    GError **error)
+{
+	guint64 n;
+	char buf[4096];
+	struct passwd pw, *pwp = NULL;
+	struct group gr, *grp = NULL;
+	gboolean is_uid = !strcmp(name, "uid");
+	g_autofree char *e = NULL;
+
+	if (*v && strspn(v, "0123456789") == strlen(v)) {
+		if (g_ascii_string_to_unsigned(v, 10, 0, G_MAXUINT32 - 1, &n,
+					       NULL)) {
+			*out = (guint32)n;
+			return TRUE;
+		}
+	} else if (*v && is_uid) {
+		if (getpwnam_r(v, &pw, buf, sizeof(buf), &pwp) == 0 && pwp) {
+			*out = pwp->pw_uid;
+			return TRUE;
+		}
+	} else if (*v) {
+		if (getgrnam_r(v, &gr, buf, sizeof(buf), &grp) == 0 && grp) {
+			*out = grp->gr_gid;
+			return TRUE;
+		}
+	}
+	e = log_escape(v, -1);
+	g_set_error(error, BFS_ERROR, EINVAL,
+		    "option '%s': '%s' is not a %s id (0 to 4294967294) nor "
+		    "the name of a %s on this host",
+		    name, e, is_uid ? "user" : "group",
+		    is_uid ? "user" : "group");
+	return FALSE;
+}
+
+/* file_mode= and dir_mode=: permission bits, in octal. */
+static gboolean parse_mode(const char *name, const char *v, guint32 *out,
+			   GError **error)
+{
+	guint64 n;
+	g_autofree char *e = NULL;
+
+	if (*v && strlen(v) <= 6 && strspn(v, "01234567") == strlen(v) &&
+	    g_ascii_string_to_unsigned(v, 8, 0, 0777, &n, NULL)) {
+		*out = (guint32)n;
+		return TRUE;
+	}
+	e = log_escape(v, -1);
+	g_set_error(error, BFS_ERROR, EINVAL,
+		    "option '%s': '%s' is not an octal mode from 0 to 0777",
+		    name, e);
+	return FALSE;
 }
 
 /* Our own mount options out of what config passed through; the rest is
@@ -157,6 +225,14 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 	}
 	if (!strcmp(name, "index_max_age"))
 		return parse_number(name, v, 1e9, &m->index_max_age, error);
+	if (!strcmp(name, "uid"))
+		return parse_owner(name, v, &m->fs.uid, error);
+	if (!strcmp(name, "gid"))
+		return parse_owner(name, v, &m->fs.gid, error);
+	if (!strcmp(name, "file_mode"))
+		return parse_mode(name, v, &m->fs.file_mode, error);
+	if (!strcmp(name, "dir_mode"))
+		return parse_mode(name, v, &m->fs.dir_mode, error);
 	if (!strcmp(name, "writable") && !eq) {
 		m->fs.writable = TRUE;
 		return TRUE;
@@ -448,6 +524,11 @@ int main(int argc, char **argv)
 	config_set_mount_handler(&m.cfg, file_mount_option, &m);
 	g_mutex_init(&m.fetch_lock);
 	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
+	/* The mounting user's, as every peer does; modes let others read. */
+	m.fs.uid = getuid();
+	m.fs.gid = getgid();
+	m.fs.file_mode = 0644;
+	m.fs.dir_mode = 0755;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);
 	if (!parse_args(&m, argc, argv, &error)) {
 		fprintf(stderr, "bucketfs: %s\n", error->message);
@@ -470,6 +551,9 @@ int main(int argc, char **argv)
 
 	/* FUSE judges its options now, before any listing. */
 	fs = fs_new(&m.fs);
+	if (m.cfg.empty_dirs->len)
+		fs_set_empty_dirs(
+			fs, emptydirs_new(m.cfg.prefix, m.cfg.empty_dirs));
 	args = fuse_args_for(&m);
 	se = fuse_session_new(&args, &fs_ops, sizeof(fs_ops), fs);
 	if (!se) {

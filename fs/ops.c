@@ -5,6 +5,7 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include "emptydir_ops.h"
 #include "error.h"
 #include "fs_internal.h"
 #include "http.h"
@@ -18,7 +19,18 @@
 
 /* -- attributes --------------------------------------------------------- */
 
-static void fill_stat(struct index *idx, index_id id, gboolean writable,
+void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
+	       gboolean can_write)
+{
+	mode_t perm = is_dir ? fs->opts.dir_mode : fs->opts.file_mode;
+
+	st->st_uid = fs->opts.uid;
+	st->st_gid = fs->opts.gid;
+	st->st_mode = (is_dir ? S_IFDIR : S_IFREG) |
+		      (can_write ? perm : perm & ~(mode_t)0222);
+}
+
+static void fill_stat(struct fs *fs, struct index *idx, index_id id,
 		      struct stat *st)
 {
 	struct index_attr a;
@@ -26,9 +38,9 @@ static void fill_stat(struct index *idx, index_id id, gboolean writable,
 	index_get_attr(idx, id, &a);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a.ino;
-	/* In writable mode, directories take new names (overlay.h). */
-	st->st_mode =
-		a.is_dir ? S_IFDIR | (writable ? 0777 : 0555) : S_IFREG | 0444;
+	/* In writable mode, directories take new names (overlay.h); indexed
+	 * objects stay read-only. */
+	fill_mode(fs, st, a.is_dir, a.is_dir && fs->ov);
 	st->st_nlink = a.is_dir ? 2 : 1;
 	st->st_size = (off_t)a.size;
 	st->st_blksize = BLOCK;
@@ -45,7 +57,7 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
-	fill_stat(idx, id, fs->ov != NULL, &e.attr);
+	fill_stat(fs, idx, id, &e.attr);
 	if (fuse_reply_entry(req, &e) != 0)
 		forget_one(fs, e.ino, 1);
 }
@@ -61,12 +73,15 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	idx = resolve(fs, parent, &dir);
-	if (!idx) {
+	if (!idx && !empty_dir_key(fs, parent)) {
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	if (index_lookup(idx, dir, name, strlen(name), &child)) {
+	if (idx && index_lookup(idx, dir, name, strlen(name), &child)) {
 		reply_entry(req, fs, idx, child);
+	} else if (fs->ed &&
+		   empty_dir_lookup(req, fs, idx, dir, parent, name)) {
+		/* A directory of -o empty_dirs= the index lacks: replied. */
 	} else if (fs->ov) {
 		lookup_overlay(req, fs, parent, name);
 	} else {
@@ -114,16 +129,17 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		ov_fill_stat(&a, &st);
+		ov_fill_stat(fs, &a, &st);
 		fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
 		return;
 	}
 	idx = resolve(fs, ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_getattr(req, fs, ino))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
-	fill_stat(idx, id, fs->ov != NULL, &st);
+	fill_stat(fs, idx, id, &st);
 	fuse_reply_attr(req, &st, fs->opts.entry_timeout);
 	index_unref(idx);
 }
@@ -150,7 +166,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_opendir(req, data(req), ino, fi))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (!index_is_dir(idx, id)) {
@@ -226,13 +243,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	idx = resolve(fs, ino, &dir);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		readdir_empty_dir(&db, fs, ino, off); /* or ESTALE */
 		return;
 	}
 	full = !dirbuf_dots(&db, &off, dir_ino(idx, dir),
 			    dir_ino(idx, index_parent(idx, dir)));
 	pos = (guint64)off - 2;
-	while (!full && (guint64)off < OVERLAY_DIROFF &&
+	while (!full && (guint64)off < EMPTY_DIROFF &&
 	       index_child_at(idx, dir, pos, &child, &next)) {
 		struct fuse_entry_param e = { 0 };
 		const char *name = index_name(idx, child, NULL);
@@ -240,7 +257,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		pos = next;
 		if (!name)
 			continue;
-		fill_stat(idx, child, fs->ov != NULL, &e.attr);
+		fill_stat(fs, idx, child, &e.attr);
 		if (plus) {
 			/* readdirplus hands the kernel a lookup: count it
 			 * only if the entry fits. */
@@ -253,10 +270,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		if (full && plus)
 			forget_one(fs, e.ino, 1);
 	}
-	if (!full && fs->ov) {
+	if (!full && (fs->ov || fs->ed)) {
 		g_autofree char *dir_key = index_key(idx, dir);
 
-		if (dir_key)
+		if (dir_key && fs->ed)
+			full = !dirbuf_empty_dirs(&db, fs, off, dir_key, idx,
+						  dir);
+		if (dir_key && !full && fs->ov)
 			dirbuf_overlay(&db, fs, off, dir_key, idx, dir);
 	}
 	fuse_reply_buf(req, buf, db.used);
@@ -654,7 +674,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		/* A declared directory has no object: no user.s3.*. */
+		fuse_reply_err(req, empty_dir_key(data(req), ino) ? ENODATA
+								  : ESTALE);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_STATS))
@@ -679,7 +701,11 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		/* A declared directory has no object: no user.s3.*. */
+		if (empty_dir_key(data(req), ino))
+			reply_sized(req, "", 0, size);
+		else
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID)

@@ -4,16 +4,17 @@
 #include <sys/stat.h>
 
 #include "error.h"
+#include "emptydir_ops.h"
 #include "log.h"
 #include "overlay_ops.h"
 
-void ov_fill_stat(const struct ov_attr *a, struct stat *st)
+void ov_fill_stat(const struct fs *fs, const struct ov_attr *a, struct stat *st)
 {
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a->ino;
-	/* Anyone the mount lets in may make and remove names (allow_other
-	 * decides who): owners and modes are not stored. */
-	st->st_mode = a->is_dir ? S_IFDIR | 0777 : S_IFREG | 0666;
+	/* Owners and modes are not stored: every name shows the mount's
+	 * (uid=, file_mode=...), and the kernel lets in whom they allow. */
+	fill_mode(fs, st, a->is_dir, TRUE);
 	st->st_nlink = a->is_dir ? 2 : 1;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = BLOCK;
@@ -29,7 +30,7 @@ static void reply_ov_entry(fuse_req_t req, struct fs *fs,
 	e.ino = ov_ino(a->node);
 	e.generation = 1;
 	e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
-	ov_fill_stat(a, &e.attr);
+	ov_fill_stat(fs, a, &e.attr);
 	if (fuse_reply_entry(req, &e) != 0)
 		overlay_forget(fs->ov, a->node, 1);
 }
@@ -73,6 +74,8 @@ static char *child_key(struct fs *fs, fuse_ino_t parent, const char *name,
 		return dir ? g_strconcat(dir, "/", name, NULL) : NULL;
 	}
 	idx = resolve(fs, parent, &id);
+	if (!idx && empty_dir_key(fs, parent))
+		return g_strconcat(empty_dir_key(fs, parent), name, NULL);
 	if (!idx)
 		return NULL;
 	*err = ENOTDIR;
@@ -126,7 +129,9 @@ void dirbuf_overlay(struct dirbuf *db, struct fs *fs, off_t off,
 		if (idx &&
 		    index_lookup(idx, dir, d->name, strlen(d->name), &shadow))
 			continue;
-		ov_fill_stat(&d->attr, &e.attr);
+		if (fs->ed && empty_dir_declared(fs, dir_key, d->name))
+			continue;
+		ov_fill_stat(fs, &d->attr, &e.attr);
 		if (!dirbuf_add(db, d->name, &e, OVERLAY_DIROFF + i + 1))
 			return;
 	}
@@ -166,7 +171,7 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 		e.ino = ov_ino(created->node);
 		e.generation = 1;
 		e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
-		ov_fill_stat(created, &e.attr);
+		ov_fill_stat(fs, created, &e.attr);
 		if (fuse_reply_create(req, &e, fi) != 0) {
 			/* creat() failed for the caller: nothing to upload. */
 			overlay_discard(h->of);
@@ -230,9 +235,13 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, 0);
 }
 
-/* Whether @parent's @name is in the index: such names stay read-only. */
+/*
+ * Whether @parent's @name is in the index or declared by empty_dirs=:
+ * such names stay read-only.
+ */
 static gboolean indexed(struct fs *fs, fuse_ino_t parent, const char *name)
 {
+	g_autofree char *dir_key = NULL;
 	index_id dir, child;
 	struct index *idx;
 	gboolean found;
@@ -241,8 +250,13 @@ static gboolean indexed(struct fs *fs, fuse_ino_t parent, const char *name)
 		return FALSE;
 	idx = resolve(fs, parent, &dir);
 	if (!idx)
-		return FALSE;
+		return fs->ed && empty_dir_key(fs, parent) &&
+		       empty_dir_declared(fs, empty_dir_key(fs, parent), name);
 	found = index_lookup(idx, dir, name, strlen(name), &child);
+	if (!found && fs->ed) {
+		dir_key = index_key(idx, dir);
+		found = dir_key && empty_dir_declared(fs, dir_key, name);
+	}
 	index_unref(idx);
 	return found;
 }
@@ -273,7 +287,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		fuse_reply_err(req, ENOENT);
 		return;
 	}
-	ov_fill_stat(&a, &st);
+	ov_fill_stat(fs, &a, &st);
 	fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
 }
 

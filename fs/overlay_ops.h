@@ -22,8 +22,9 @@
 #include "fs_internal.h"
 #include "overlay.h"
 
-/* The attributes of overlay node @a. */
-void ov_fill_stat(const struct ov_attr *a, struct stat *st);
+/* The attributes of overlay node @a, with the mount's owner and modes. */
+void ov_fill_stat(const struct fs *fs, const struct ov_attr *a,
+		  struct stat *st);
 
 /* lookup of @name in @parent, a name the index doesn't have (or any name
  * under an overlay directory): from the overlay or S3. */
