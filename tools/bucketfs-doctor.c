@@ -577,7 +577,8 @@ static int has_keys(struct doctor *d, const char *dir)
 /*
  * DLIO (and MLPerf Storage) read DATA/train/ and also open DATA/valid/,
  * which S3 cannot hold empty: a mount of a bucket with train/ and no
- * valid/ fails their run with ENOENT.  A warning, with the fix.
+ * valid/ fails their run with ENOENT.  A warning, with the fix, unless
+ * -o empty_dirs= declares valid.
  */
 static void check_dlio_layout(struct doctor *d)
 {
@@ -585,6 +586,15 @@ static void check_dlio_layout(struct doctor *d)
 
 	if (has_keys(d, "train/") != 1 || has_keys(d, "valid/") != 0)
 		return;
+	if (d->cfg.empty_dirs &&
+	    g_ptr_array_find_with_equal_func(d->cfg.empty_dirs, "valid",
+					     g_str_equal, NULL)) {
+		detail = g_strdup_printf("s3://%s/%svalid/ has no key; "
+					 "-o empty_dirs=valid declares it",
+					 d->cfg.bucket, d->cfg.prefix);
+		report(d, TRUE, "", "DLIO layout", detail, NULL);
+		return;
+	}
 	detail = g_strdup_printf(
 		"s3://%s/%strain/ has keys and s3://%s/%svalid/ none: DLIO and "
 		"MLPerf Storage open valid/ too, and would stop with ENOENT",

@@ -262,6 +262,12 @@ class DoctorQuirkTest(unittest.TestCase):
                       "s3://dset/valid/ none: DLIO and MLPerf Storage open "
                       "valid/ too, and would stop with ENOENT\n"
                       "    fix: mount with -o empty_dirs=valid", out)
+        rc, out, err = self.doc("-o", f"endpoint={self.server.url},"
+                                "empty_dirs=test:valid", "s3://dset")
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("✓ DLIO layout: s3://dset/valid/ has no key; "
+                      "-o empty_dirs=valid declares it\n", out)
+        self.assertNotIn("⚠", out)
         # A bucket with no train/, or one with both, has no such note.
         rc, out, _ = self.doc("-o", f"endpoint={self.server.url}",
                               "s3://flat")
