@@ -723,8 +723,10 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 		     "ListObjectsV2, one GET, clock skew), the credentials, "
 		     "the persisted index, the descriptor limit and "
 		     "/dev/fuse, and names the cause "
-		     "and the fix of each failure.  Exit status 0 when every "
-		     "check passes, 1 when one fails, 2 on bad usage.");
+		     "and the fix of each failure; a server quirk or a "
+		     "layout worth a note is a warning, not a failure.  "
+		     "Exit status 0 when every check passes, 1 when one "
+		     "fails, 2 on bad usage.");
 	g_option_context_set_description(ctx, config_options_help());
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, error))
