@@ -11,6 +11,7 @@
 #include "http.h"
 #include "overlay.h"
 #include "readahead.h"
+#include "streams.h"
 
 #define GEN_SHIFT	 40
 #define ID_MASK		 ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
@@ -22,8 +23,6 @@
 #define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
 #define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
 #define OVERLAY_TIMEOUT 1.0
-/* Files fetched ahead of one opened in listing order. */
-#define LISTING_AHEAD 16
 
 /* An index and how many kernel lookups its nodes hold. */
 struct gen {
@@ -45,11 +44,9 @@ struct fs {
 	GHashTable *handles; /* protected by lock: open struct handle set */
 	gboolean stopped;    /* fs_stop() ran; main thread */
 	guint64 next_gen;    /* protected by lock */
-	/* Listing-order detection, protected by lock. */
-	struct index *last_idx; /* not a reference: compared only */
-	index_id last_open;
-	guint streak;
-	index_id announced_to; /* entries up to here were announced */
+	/* Listing-order streams (streams.h) over index entries; made at the
+	 * first open.  Protected by lock. */
+	struct streams *streams;
 };
 
 /* An open file: its key (for logs) and its readahead handle. */
@@ -657,8 +654,10 @@ static void handle_free(struct fs *fs, struct handle *h)
 	handle_destroy(h);
 }
 
-/* Announces file @id of @idx to the readahead engine. */
-static void announce(struct fs *fs, struct index *idx, index_id id)
+/* Announces file @id of @idx to the readahead engine, as a promise (a
+ * hint) or as a @guess (a stream's lookahead). */
+static void announce_entry(struct fs *fs, struct index *idx, index_id id,
+			   gboolean guess)
 {
 	struct index_attr a;
 	g_autofree char *key = NULL;
@@ -671,34 +670,40 @@ static void announce(struct fs *fs, struct index *idx, index_id id)
 		return; /* not an entry */
 	key = index_key(idx, id);
 	etag = index_etag(idx, id);
-	readahead_prefetch(fs->ra, key, etag, a.size);
+	if (guess)
+		readahead_guess(fs->ra, key, etag, a.size);
+	else
+		readahead_prefetch(fs->ra, key, etag, a.size);
+}
+
+static void announce(struct fs *fs, struct index *idx, index_id id)
+{
+	announce_entry(fs, idx, id, FALSE);
 }
 
 /*
- * Files opened in listing order (cp -r, tar, cat *) have consecutive
- * entries: after a few, fetch the next ones ahead.
+ * Files opened in listing order (cp -r, tar, cat *; a data loader's
+ * workers, each on its own run of files) have consecutive entries: the
+ * stream detector says which to fetch ahead.  @reader is the opening
+ * thread: a loader worker's jump to its next batch is learned per reader.
  */
-static void follow_listing(struct fs *fs, struct index *idx, index_id id)
+static void follow_listing(struct fs *fs, struct index *idx, index_id id,
+			   guint64 reader)
 {
-	index_id from = 0, to = 0, i;
+	g_autoptr(GArray) ahead = g_array_new(FALSE, FALSE, sizeof(guint64));
+	guint i;
 
 	g_mutex_lock(&fs->lock);
-	if (fs->last_idx == idx && id == fs->last_open + 1) {
-		fs->streak++;
-	} else {
-		fs->streak = 0;
-		fs->announced_to = id;
+	if (!fs->streams) {
+		struct streams_options o = { 0 };
+
+		fs->streams = streams_new(&o);
 	}
-	fs->last_idx = idx;
-	fs->last_open = id;
-	if (fs->streak >= 2 && fs->announced_to < id + LISTING_AHEAD) {
-		from = MAX(fs->announced_to, id) + 1;
-		to = id + LISTING_AHEAD;
-		fs->announced_to = to;
-	}
+	/* Entries of another index are another sequence. */
+	streams_open(fs->streams, (guint64)(guintptr)idx, id, reader, ahead);
 	g_mutex_unlock(&fs->lock);
-	for (i = from; from && i <= to; i++)
-		announce(fs, idx, i);
+	for (i = 0; i < ahead->len; i++)
+		announce_entry(fs, idx, g_array_index(ahead, guint64, i), TRUE);
 }
 
 /*
@@ -804,7 +809,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 		h->rf = readahead_open(fs->ra, h->key, etag, a.size);
 	}
-	follow_listing(fs, idx, id);
+	follow_listing(fs, idx, id, (guint64)fuse_req_ctx(req)->pid);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	/* Pages stay valid while the object can't change under the index:
 	 * the GET's If-Match guarantees it. */
@@ -1011,7 +1016,17 @@ static void reply_sized(fuse_req_t req, const char *value, size_t len,
 #define XATTR_PREFETCH "user.bucketfs.prefetch"
 static const char root_xattrs[] = "user.s3.key\0user.s3.uri\0" XATTR_STATS "\0";
 
-/* Live counters as JSON: per endpoint, and the readahead engine's. */
+static void get_stream_stats(struct fs *fs, struct streams_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	g_mutex_lock(&fs->lock);
+	if (fs->streams)
+		streams_get_stats(fs->streams, out);
+	g_mutex_unlock(&fs->lock);
+}
+
+/* Live counters as JSON: per endpoint, the readahead engine's, and the
+ * stream detector's. */
 static char *stats_json(struct fs *fs)
 {
 	struct http *http = s3_get_http(fs->s3);
@@ -1019,6 +1034,7 @@ static char *stats_json(struct fs *fs)
 	g_autofree struct http_endpoint_stats *es =
 		g_new0(struct http_endpoint_stats, n);
 	struct ra_stats rs;
+	struct streams_stats ss;
 	GString *out = g_string_new("{\"endpoints\": [");
 
 	http_get_stats(http, es);
@@ -1037,6 +1053,7 @@ static char *stats_json(struct fs *fs)
 			es[i].inflight, es[i].ejected ? "true" : "false",
 			es[i].p50_ms, es[i].p99_ms);
 	readahead_get_stats(fs->ra, &rs);
+	get_stream_stats(fs, &ss);
 	g_string_append_printf(
 		out,
 		"],\n \"queued\": %u,\n \"readahead\": {\"objects_fetched\": "
@@ -1045,12 +1062,29 @@ static char *stats_json(struct fs *fs)
 		", \"prefetch_hits\": %" G_GUINT64_FORMAT
 		", \"prefetch_wasted\": %" G_GUINT64_FORMAT
 		", \"prefetch_late\": %" G_GUINT64_FORMAT
-		", \"prefetch_queued\": %u, \"memory_used\": %" G_GUINT64_FORMAT
-		", \"memory_max\": %" G_GUINT64_FORMAT "}}\n",
+		", \"prefetch_queued\": %u, \"prefetch_unopened\": %u"
+		", \"stream_fetched\": %" G_GUINT64_FORMAT
+		", \"stream_hits\": %" G_GUINT64_FORMAT
+		", \"stream_wasted\": %" G_GUINT64_FORMAT
+		", \"stream_late\": %" G_GUINT64_FORMAT
+		", \"memory_used\": %" G_GUINT64_FORMAT
+		", \"memory_max\": %" G_GUINT64_FORMAT "},\n",
 		http_queued(http), rs.objects_fetched, rs.parts_fetched,
 		rs.direct_reads, rs.prefetch_hits, rs.prefetch_wasted,
-		rs.prefetch_late, rs.prefetch_queued, rs.memory_used,
-		rs.memory_max);
+		rs.prefetch_late, rs.prefetch_queued, rs.prefetch_unopened,
+		rs.stream_fetched, rs.stream_hits, rs.stream_wasted,
+		rs.stream_late, rs.memory_used, rs.memory_max);
+	g_string_append_printf(
+		out,
+		" \"streams\": {\"opens\": %" G_GUINT64_FORMAT
+		", \"continued\": %" G_GUINT64_FORMAT
+		", \"confirmed\": %" G_GUINT64_FORMAT
+		", \"announced\": %" G_GUINT64_FORMAT
+		", \"jumps\": %" G_GUINT64_FORMAT
+		", \"batch_len\": %" G_GUINT64_FORMAT
+		", \"batch_jump\": %" G_GUINT64_FORMAT ", \"tracked\": %u}}\n",
+		ss.opens, ss.continued, ss.confirmed, ss.announced, ss.jumps,
+		ss.batch_len, ss.batch_jump, ss.tracked);
 	return g_string_free(out, FALSE);
 }
 
@@ -1425,6 +1459,7 @@ static void log_summary(struct fs *fs)
 	g_autofree struct http_endpoint_stats *es =
 		g_new0(struct http_endpoint_stats, n);
 	struct ra_stats rs;
+	struct streams_stats ss;
 
 	http_get_stats(http, es);
 	for (i = 0; i < n; i++)
@@ -1448,6 +1483,19 @@ static void log_summary(struct fs *fs)
 		" announced files read before their prefetch",
 		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
 		rs.prefetch_hits, rs.prefetch_wasted, rs.prefetch_late);
+	get_stream_stats(fs, &ss);
+	log_msg(LOG_LEVEL_NOTICE,
+		"streams: %" G_GUINT64_FORMAT " confirmed in %" G_GUINT64_FORMAT
+		" opens, %" G_GUINT64_FORMAT
+		" files guessed ahead, %" G_GUINT64_FORMAT
+		" fetched: %" G_GUINT64_FORMAT " hits, %" G_GUINT64_FORMAT
+		" unused, %" G_GUINT64_FORMAT
+		" unopened at unmount, %" G_GUINT64_FORMAT
+		" opened before their fetch",
+		ss.confirmed, ss.opens, ss.announced, rs.stream_fetched,
+		rs.stream_hits, rs.stream_wasted,
+		rs.stream_fetched - rs.stream_hits - rs.stream_wasted,
+		rs.stream_late);
 }
 
 void fs_set_session(struct fs *fs, struct fuse_session *se)
@@ -1497,6 +1545,7 @@ void fs_free(struct fs *fs)
 	overlay_free(fs->ov);
 	s3_free(fs->s3);
 	readahead_free(fs->ra);
+	streams_free(fs->streams);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);

@@ -43,6 +43,7 @@ struct object {
 	guint64 size;
 	guint refs;	    /* under ra->lock */
 	gboolean announced; /* fetched for readahead_prefetch(), unopened */
+	gboolean guess;	    /* ... for readahead_guess() */
 	gint64 ready_at;
 	enum state state;
 	GBytes *data;
@@ -89,6 +90,7 @@ struct announce {
 	char *key;
 	char *etag;
 	guint64 size;
+	gboolean guess; /* readahead_guess() */
 };
 
 struct readahead {
@@ -101,11 +103,12 @@ struct readahead {
 	 * their fetch started: pump() drops that many, the oldest, instead
 	 * of fetching again what was read already.  Under lock. */
 	GHashTable *overtaken;
-	GHashTable *queued; /* key -> its announcements in announced */
-	GQueue unopened;    /* of struct object *: announced, not opened,
-			     * in order; each holds a reference */
-	guint64 mem_used;   /* under lock */
-	struct ra_stats st; /* under lock */
+	GHashTable *queued;  /* key -> its announcements in announced */
+	GHashTable *guesses; /* keys with a guess in announced (one each) */
+	GQueue unopened;     /* of struct object *: announced, not opened,
+			      * in order; each holds a reference */
+	guint64 mem_used;    /* under lock */
+	struct ra_stats st;  /* under lock */
 };
 
 /* -- small objects ------------------------------------------------------ */
@@ -242,6 +245,7 @@ static void drop_stale(struct readahead *ra)
 		g_queue_pop_head(&ra->unopened);
 		obj->announced = FALSE;
 		ra->st.prefetch_wasted++;
+		ra->st.stream_wasted += obj->guess;
 		object_unref(obj);
 	}
 }
@@ -278,6 +282,7 @@ static void consume_announcement(struct readahead *ra, const char *key)
 	    GPOINTER_TO_UINT(g_hash_table_lookup(ra->overtaken, key))) {
 		count_add(ra->overtaken, key, 1);
 		ra->st.prefetch_late++;
+		ra->st.stream_late += g_hash_table_contains(ra->guesses, key);
 	}
 }
 
@@ -296,33 +301,72 @@ static void pump(struct readahead *ra)
 			break;
 		g_queue_pop_head(&ra->announced);
 		count_add(ra->queued, a->key, -1);
+		if (a->guess)
+			g_hash_table_remove(ra->guesses, a->key);
 		if (g_hash_table_contains(ra->overtaken, a->key)) {
 			count_add(ra->overtaken, a->key, -1);
 		} else if (!g_hash_table_contains(ra->objects, a->key)) {
 			obj = object_new(ra, a->key, a->etag, a->size);
 			obj->announced = TRUE;
+			obj->guess = a->guess;
+			ra->st.stream_fetched += a->guess;
 			g_queue_push_tail(&ra->unopened, obj);
 		}
 		announce_free(a);
 	}
 }
 
-void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
-			guint64 size)
+/*
+ * Whether an announcement of @key (a guess if @guess) would only repeat
+ * one that is pending: a guess repeats anything queued or held (an object
+ * being read needs no fetch for a guess); a hint repeats a guess queued
+ * or fetched and unopened.  Under lock.
+ */
+static gboolean repeats(struct readahead *ra, const char *key, gboolean guess)
+{
+	struct object *obj = g_hash_table_lookup(ra->objects, key);
+
+	if (guess)
+		return obj || g_hash_table_contains(ra->queued, key);
+	return g_hash_table_contains(ra->guesses, key) ||
+	       (obj && obj->announced && obj->guess);
+}
+
+static void announce(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size, gboolean guess)
 {
 	struct announce *a;
 
 	if (size == 0 || size > ra->o.whole_max)
 		return;
+	g_mutex_lock(&ra->lock);
+	if (repeats(ra, key, guess)) {
+		g_mutex_unlock(&ra->lock);
+		return;
+	}
 	a = g_new0(struct announce, 1);
 	a->key = g_strdup(key);
 	a->etag = g_strdup(etag);
 	a->size = size;
-	g_mutex_lock(&ra->lock);
+	a->guess = guess;
 	g_queue_push_tail(&ra->announced, a);
 	count_add(ra->queued, a->key, 1);
+	if (guess)
+		g_hash_table_add(ra->guesses, g_strdup(key));
 	pump(ra);
 	g_mutex_unlock(&ra->lock);
+}
+
+void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
+			guint64 size)
+{
+	announce(ra, key, etag, size, FALSE);
+}
+
+void readahead_guess(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size)
+{
+	announce(ra, key, etag, size, TRUE);
 }
 
 void readahead_forget_prefetches(struct readahead *ra)
@@ -331,6 +375,7 @@ void readahead_forget_prefetches(struct readahead *ra)
 	g_queue_clear_full(&ra->announced, (GDestroyNotify)announce_free);
 	g_hash_table_remove_all(ra->queued);
 	g_hash_table_remove_all(ra->overtaken);
+	g_hash_table_remove_all(ra->guesses);
 	g_mutex_unlock(&ra->lock);
 }
 
@@ -625,6 +670,7 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 			obj->announced = FALSE;
 			g_queue_remove(&ra->unopened, obj);
 			ra->st.prefetch_hits++;
+			ra->st.stream_hits += obj->guess;
 		} else if (obj) {
 			obj->refs++;
 		} else {
@@ -732,6 +778,8 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ra->overtaken =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	ra->guesses =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_queue_init(&ra->announced);
 	g_queue_init(&ra->unopened);
 	return ra;
@@ -759,6 +807,7 @@ void readahead_free(struct readahead *ra)
 	g_hash_table_unref(ra->objects);
 	g_hash_table_unref(ra->queued);
 	g_hash_table_unref(ra->overtaken);
+	g_hash_table_unref(ra->guesses);
 	g_mutex_clear(&ra->lock);
 	g_free(ra);
 }
@@ -770,5 +819,6 @@ void readahead_get_stats(struct readahead *ra, struct ra_stats *out)
 	out->memory_used = ra->mem_used;
 	out->memory_max = ra->o.memory_max;
 	out->prefetch_queued = ra->announced.length;
+	out->prefetch_unopened = ra->unopened.length;
 	g_mutex_unlock(&ra->lock);
 }

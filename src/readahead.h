@@ -58,9 +58,15 @@ struct ra_stats {
 	guint64 prefetch_wasted; /* prefetches dropped unopened */
 	guint64 prefetch_late;	 /* announced files opened before their
 				  * prefetch started (not fetched twice) */
-	guint64 memory_used;	 /* bytes held in buffers now */
+	/* The part of the prefetch counters that readahead_guess() made. */
+	guint64 stream_fetched; /* guesses fetched */
+	guint64 stream_hits;
+	guint64 stream_wasted;
+	guint64 stream_late;
+	guint64 memory_used; /* bytes held in buffers now */
 	guint64 memory_max;
-	guint prefetch_queued; /* announced, not yet started */
+	guint prefetch_queued;	 /* announced, not yet started */
+	guint prefetch_unopened; /* fetched (or fetching), not yet opened */
 };
 
 /*
@@ -107,6 +113,17 @@ void readahead_release(struct ra_file *f);
  */
 void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
 			guint64 size);
+
+/*
+ * Like readahead_prefetch(), for a guess (a stream's lookahead, see
+ * streams.h) rather than a promise: it is dropped if @key is already
+ * announced, being fetched, or open, so that a guess never fetches what a
+ * hint, another guess or a reader already has; and a hint of a key
+ * already guessed is dropped likewise.  Counted in the stream_* counters
+ * too.  Any thread; never blocks.
+ */
+void readahead_guess(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size);
 
 /* Drops every announcement not yet started.  Any thread. */
 void readahead_forget_prefetches(struct readahead *ra);
