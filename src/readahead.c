@@ -42,6 +42,7 @@ struct object {
 	char *etag;
 	guint64 size;
 	guint refs;	    /* under ra->lock */
+	guint handles;	    /* the files open on it; under ra->lock */
 	gboolean announced; /* fetched for readahead_prefetch(), unopened */
 	gboolean guess;	    /* ... for readahead_guess() */
 	gint64 ready_at;
@@ -103,12 +104,13 @@ struct readahead {
 	 * their fetch started: pump() drops that many, the oldest, instead
 	 * of fetching again what was read already.  Under lock. */
 	GHashTable *overtaken;
-	GHashTable *queued;  /* key -> its announcements in announced */
-	GHashTable *guesses; /* keys with a guess in announced (one each) */
-	GQueue unopened;     /* of struct object *: announced, not opened,
-			      * in order; each holds a reference */
-	guint64 mem_used;    /* under lock */
-	struct ra_stats st;  /* under lock */
+	GHashTable *queued;	/* key -> its announcements in announced */
+	GHashTable *guesses;	/* keys with a guess in announced (one each) */
+	guint unopened_guesses; /* of those in unopened; under lock */
+	GQueue unopened;	/* of struct object *: announced, not opened,
+				 * in order; each holds a reference */
+	guint64 mem_used;	/* under lock */
+	struct ra_stats st;	/* under lock */
 };
 
 /* -- small objects ------------------------------------------------------ */
@@ -246,6 +248,7 @@ static void drop_stale(struct readahead *ra)
 		obj->announced = FALSE;
 		ra->st.prefetch_wasted++;
 		ra->st.stream_wasted += obj->guess;
+		ra->unopened_guesses -= obj->guess;
 		object_unref(obj);
 	}
 }
@@ -286,6 +289,22 @@ static void consume_announcement(struct readahead *ra, const char *key)
 	}
 }
 
+/*
+ * Whether @a must wait: prefetch_depth objects of its kind (hints, or
+ * guesses: each kind has that depth) are fetched and unopened, or the
+ * memory budget is reached.  Under lock.
+ */
+static gboolean must_wait(struct readahead *ra, const struct announce *a)
+{
+	guint kind = a->guess ? ra->unopened_guesses
+			      : ra->unopened.length - ra->unopened_guesses;
+
+	if (g_hash_table_contains(ra->overtaken, a->key))
+		return FALSE;
+	return kind >= ra->o.prefetch_depth ||
+	       ra->mem_used + a->size > ra->o.memory_max;
+}
+
 /* Starts announced fetches while depth and memory allow.  Under lock. */
 static void pump(struct readahead *ra)
 {
@@ -295,9 +314,7 @@ static void pump(struct readahead *ra)
 	while ((a = g_queue_peek_head(&ra->announced))) {
 		struct object *obj;
 
-		if (!g_hash_table_contains(ra->overtaken, a->key) &&
-		    (ra->unopened.length >= ra->o.prefetch_depth ||
-		     ra->mem_used + a->size > ra->o.memory_max))
+		if (must_wait(ra, a))
 			break;
 		g_queue_pop_head(&ra->announced);
 		count_add(ra->queued, a->key, -1);
@@ -310,6 +327,7 @@ static void pump(struct readahead *ra)
 			obj->announced = TRUE;
 			obj->guess = a->guess;
 			ra->st.stream_fetched += a->guess;
+			ra->unopened_guesses += a->guess;
 			g_queue_push_tail(&ra->unopened, obj);
 		}
 		announce_free(a);
@@ -388,8 +406,10 @@ static void file_unref(struct ra_file *f)
 
 	if (--f->refs)
 		return;
-	if (f->obj)
+	if (f->obj) {
+		f->obj->handles--;
 		object_unref(f->obj);
+	}
 	if (f->parts) {
 		GHashTableIter it;
 		struct part *p;
@@ -671,12 +691,14 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 			g_queue_remove(&ra->unopened, obj);
 			ra->st.prefetch_hits++;
 			ra->st.stream_hits += obj->guess;
+			ra->unopened_guesses -= obj->guess;
 		} else if (obj) {
 			obj->refs++;
 		} else {
 			obj = object_new(ra, key, etag, size);
 		}
 		f->obj = obj;
+		obj->handles++;
 		pump(ra);
 	}
 	g_mutex_unlock(&ra->lock);
@@ -739,6 +761,18 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		g_clear_error(&error);
 		g_free(s);
 	}
+}
+
+GBytes *readahead_peek_whole(struct ra_file *f, gboolean *alone)
+{
+	GBytes *data = NULL;
+
+	g_mutex_lock(&f->ra->lock);
+	if (f->obj && f->obj->state == READY)
+		data = g_bytes_ref(f->obj->data);
+	*alone = f->obj && f->obj->handles == 1;
+	g_mutex_unlock(&f->ra->lock);
+	return data;
 }
 
 void readahead_release(struct ra_file *f)

@@ -100,6 +100,13 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		    void *user);
 
 /*
+ * The whole object of @f, if it is fetched whole and here already (a
+ * reference: unref it), else NULL; *@alone says whether @f is the only
+ * file open on it.  Any thread; never blocks.
+ */
+GBytes *readahead_peek_whole(struct ra_file *f, gboolean *alone);
+
+/*
  * Lets go of @f; reads still in flight complete first (their callbacks
  * still run).  Any thread.
  */

@@ -71,10 +71,12 @@ class ReadaheadTest(harness.MountCase):
             self.assertLess(time.monotonic(), deadline, st)
             time.sleep(0.02)
 
-    def test_page_cache_bypass_and_mmap(self):
-        """direct_io=small (default): files fetched whole skip the page
-        cache, so MAP_SHARED gives ENODEV and MAP_PRIVATE works; large
-        files keep the cache and map shared; direct_io=none maps all."""
+    def test_page_cache_and_mmap(self):
+        """direct_io=small (default): a file fetched whole is handed to the
+        page cache whole, so reads after the first one never reach the
+        daemon, and it maps shared; direct_io=all bypasses the page cache
+        (MAP_SHARED gives ENODEV, MAP_PRIVATE works); large files keep the
+        cache and map shared; direct_io=none maps all."""
         import mmap
 
         def mapped(path, flags):
@@ -85,13 +87,31 @@ class ReadaheadTest(harness.MountCase):
                     return mm[:]
 
         m = self.mount()
-        small = m.path("mid.bin")
-        with self.assertRaises(OSError) as cm:
-            mapped(small, mmap.MAP_SHARED)
-        self.assertEqual(cm.exception.errno, errno.ENODEV)
-        self.assertEqual(mapped(small, mmap.MAP_PRIVATE), self.mid)
+        # DLIO's reads of a file not fetched ahead: the first one waits
+        # for the GET and brings the rest along.
+        name = "small/f007.bin"
+        before = self.stats(m)["files"]
+        fd = os.open(m.path(name), os.O_RDONLY)
+        got = os.read(fd, 4096) + os.read(fd, 61440)
+        while chunk := os.read(fd, 65536):
+            got += chunk
+        os.close(fd)
+        self.assertEqual(got, self.small[name])
+        after = self.stats(m)["files"]
+        self.assertEqual(after["reads"] - before["reads"], 1, after)
+        self.assertEqual(after["handed_over"] - before["handed_over"], 1)
+        self.assertEqual(mapped(m.path("mid.bin"), mmap.MAP_SHARED),
+                         self.mid)
         self.assertEqual(mapped(m.path("big.bin"), mmap.MAP_SHARED),
                          self.big)
+        m.unmount()
+        self.mounts.remove(m)
+        m = self.mount("direct_io=all")
+        with self.assertRaises(OSError) as cm:
+            mapped(m.path("mid.bin"), mmap.MAP_SHARED)
+        self.assertEqual(cm.exception.errno, errno.ENODEV)
+        self.assertEqual(mapped(m.path("mid.bin"), mmap.MAP_PRIVATE),
+                         self.mid)
         m.unmount()
         self.mounts.remove(m)
         m = self.mount("direct_io=none")
@@ -282,6 +302,10 @@ class ReadaheadTest(harness.MountCase):
         self.assertGreater(streams["jumps"], 0, st)
         self.assertGreaterEqual(ra["stream_hits"], len(names) // 2, st)
         self.assertEqual(ra["stream_wasted"], 0, st)
+        # A file here at its open is in the page cache before the first
+        # read: no read reaches the daemon.
+        self.assertLessEqual(st["files"]["reads"],
+                             (len(names) - ra["stream_hits"]) * 8, st)
         print(f"\nDLIO pattern: {ra['stream_hits']} stream hits in "
               f"{len(names)} opens, {ra['stream_late']} late",
               file=sys.stderr)
