@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
-#include <unistd.h>
 
 #include "error.h"
 #include "log.h"
@@ -57,13 +56,6 @@ struct handle {
 	char *key;
 	struct ra_file *rf;
 	struct ov_file *of; /* instead of rf, for an overlay file */
-	/* A file fetched whole and read through the page cache: its bytes
-	 * are handed to the kernel once (store_whole()), and the reads after
-	 * that never reach us. */
-	fuse_ino_t ino;
-	gboolean cached;
-	gint stored; /* atomic: handed over */
-	gint reads;  /* atomic: reads in flight */
 };
 
 static struct fs *data(fuse_req_t req)
@@ -788,58 +780,33 @@ static void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 }
 
 /*
- * Whether a file of @size is read through the page cache with its bytes
- * handed over whole: a file fetched whole, unless every file is direct_io,
- * and only while its pages can be trusted (its node is of the current
- * index).  The kernel then answers the reader's reads itself: DLIO's reads
- * of 4 KiB, 60 KiB and 64 KiB are a FUSE round trip each otherwise.
+ * Hands the bytes of @rf's object to the kernel's page cache for node
+ * @ino, if the object is fetched whole, here already (fetched ahead) and
+ * no other file is open on it; TRUE if it did.  The kernel then answers
+ * every read itself: DLIO's reads of 4 KiB, 60 KiB and 64 KiB are a FUSE
+ * round trip each otherwise.  Only while the node's pages can be trusted
+ * (it is of the current index), and not with direct_io=all.  From open,
+ * before the reply: no read of this file is in flight, and none of
+ * another file (none is open), so no page is locked under the store.
  */
-static gboolean hands_over(struct fs *fs, fuse_ino_t ino, guint64 size)
+static gboolean hand_over(struct fs *fs, fuse_ino_t ino, struct ra_file *rf,
+			  guint64 size)
 {
-	if (!fs->se || fs->opts.direct_io == FS_DIRECT_IO_ALL || size == 0 ||
-	    size > readahead_whole_max(fs->ra))
-		return FALSE;
-	return is_current(fs, ino);
-}
-
-static void store_range(struct fs *fs, fuse_ino_t ino, const guint8 *p,
-			guint64 from, guint64 to)
-{
-	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(to - from);
-
-	if (from >= to)
-		return;
-	bv.buf[0].mem = (void *)(p + from);
-	/* On failure the reads just come to us. */
-	fuse_lowlevel_notify_store(fs->se, ino, (off_t)from, &bv, 0);
-}
-
-/*
- * Hands the whole object of @h to the kernel's page cache, once, if it is
- * here and no other file is open on it (another file's read in flight
- * holds its pages locked, and the store would wait for it).  The pages of
- * @h's own read in flight, [@skip_from, @skip_to), stay locked until it is
- * answered: they are left out.  Not from a thread whose waiting could hold
- * up a read of this file (see read_done()).
- */
-static void store_whole(struct fs *fs, struct handle *h, guint64 skip_from,
-			guint64 skip_to)
-{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+	g_autoptr(GBytes) whole = NULL;
 	gboolean alone = FALSE;
-	g_autoptr(GBytes) whole = readahead_peek_whole(h->rf, &alone);
-	guint64 page = (guint64)getpagesize();
-	const guint8 *p;
-	gsize size;
 
-	if (!whole || !alone ||
-	    !g_atomic_int_compare_and_exchange(&h->stored, 0, 1))
-		return;
+	if (!fs->se || fs->opts.direct_io == FS_DIRECT_IO_ALL || size == 0 ||
+	    size > readahead_whole_max(fs->ra) || !is_current(fs, ino))
+		return FALSE;
+	whole = readahead_peek_whole(rf, &alone);
+	if (!whole || !alone || g_bytes_get_size(whole) != size)
+		return FALSE;
+	bv.buf[0].mem = (void *)g_bytes_get_data(whole, NULL);
+	if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0) != 0)
+		return FALSE;
 	__atomic_add_fetch(&fs->handed_over, 1, __ATOMIC_RELAXED);
-	p = g_bytes_get_data(whole, &size);
-	skip_from = skip_from / page * page;
-	skip_to = (skip_to + page - 1) / page * page;
-	store_range(fs, h->ino, p, 0, MIN(skip_from, size));
-	store_range(fs, h->ino, p, MAX(skip_from, skip_to), size);
+	return TRUE;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -876,17 +843,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	follow_listing(fs, idx, id, (guint64)fuse_req_ctx(req)->pid);
 	fi->fh = (uint64_t)(uintptr_t)h;
-	h->ino = ino;
-	h->cached = hands_over(fs, ino, a.size);
 	/* Pages stay valid while the object can't change under the index:
 	 * the GET's If-Match guarantees it. */
-	fi->direct_io = !h->cached && bypasses_page_cache(fs, a.size);
+	fi->direct_io = !hand_over(fs, ino, h->rf, a.size) &&
+			bypasses_page_cache(fs, a.size);
 	fi->keep_cache = !fi->direct_io && is_current(fs, ino);
 	fi->noflush = 1;
-	/* Fetched ahead: no read of it needs to reach us at all.  (No read
-	 * of this file is in flight yet.) */
-	if (h->cached)
-		store_whole(fs, h, 0, 0);
 	if (fuse_reply_open(req, fi) != 0)
 		handle_free(fs, h);
 out:
@@ -902,9 +864,6 @@ struct read_call {
 	fuse_req_t req;
 	char *key;
 	gint answered; /* atomic */
-	struct fs *fs;
-	struct handle *h; /* valid until answered */
-	guint64 off, size;
 };
 
 /* How a failed read reads in the log, past the cause chain. */
@@ -931,14 +890,9 @@ static void read_interrupted(fuse_req_t req, void *data)
 {
 	struct read_call *rc = data;
 
-	if (g_atomic_int_compare_and_exchange(&rc->answered, 0, 1)) {
-		g_atomic_int_dec_and_test(&rc->h->reads);
+	if (g_atomic_int_compare_and_exchange(&rc->answered, 0, 1))
 		fuse_reply_err(req, EINTR);
-	}
 }
-
-/* Whether this thread is in op_read() (read_done() called from it). */
-static __thread gboolean in_read_op;
 
 static void read_done(const void *buf, gsize len, const GError *error,
 		      void *user)
@@ -953,20 +907,6 @@ static void read_done(const void *buf, gsize len, const GError *error,
 	}
 	/* Returns once a running read_interrupted() has; none comes later. */
 	fuse_req_interrupt_func(rc->req, NULL, NULL);
-	/*
-	 * The first read through the page cache brings the rest along.  The
-	 * store may wait for a read of this file that the kernel sent since
-	 * (its pages are locked): only where another thread answers that
-	 * read, i.e. on a done thread (the object is here, so a FUSE thread
-	 * answers at once), never on a FUSE thread (all of them could be
-	 * waiting so), and only if no other read is known to be in flight.
-	 */
-	if (!error && !in_read_op && rc->h->cached &&
-	    !g_atomic_int_get(&rc->h->stored) &&
-	    g_atomic_int_get(&rc->h->reads) == 1)
-		store_whole(rc->fs, rc->h, rc->off, rc->off + rc->size);
-	/* Not touched after the answer: a release may follow at once. */
-	g_atomic_int_dec_and_test(&rc->h->reads);
 	if (error) {
 		const char *hint = read_hint(bfs_error_errno(error));
 		g_autofree char *k = log_escape(rc->key, -1);
@@ -1002,17 +942,10 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rc = g_new0(struct read_call, 1);
 	rc->req = req;
 	rc->key = g_strdup(h->key);
-	rc->fs = data(req);
-	rc->h = h;
-	rc->off = (guint64)off;
-	rc->size = size;
-	g_atomic_int_inc(&h->reads);
+	__atomic_add_fetch(&data(req)->reads, 1, __ATOMIC_RELAXED);
 	/* Before the read starts: it may end (and free @rc) at once. */
 	fuse_req_interrupt_func(req, read_interrupted, rc);
-	__atomic_add_fetch(&data(req)->reads, 1, __ATOMIC_RELAXED);
-	in_read_op = TRUE;
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
-	in_read_op = FALSE;
 }
 
 static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
