@@ -697,7 +697,10 @@ static void follow_listing(struct fs *fs, struct index *idx, index_id id,
 
 	g_mutex_lock(&fs->lock);
 	if (!fs->streams) {
-		struct streams_options o = { 0 };
+		/* The streams share the guesses' depth (readahead.h). */
+		struct streams_options o = {
+			.budget = readahead_prefetch_depth(fs->ra),
+		};
 
 		fs->streams = streams_new(&o);
 	}

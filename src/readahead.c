@@ -824,6 +824,11 @@ guint64 readahead_whole_max(const struct readahead *ra)
 	return ra->o.whole_max;
 }
 
+guint readahead_prefetch_depth(const struct readahead *ra)
+{
+	return ra->o.prefetch_depth;
+}
+
 void readahead_free(struct readahead *ra)
 {
 	struct object *obj;

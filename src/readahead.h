@@ -49,6 +49,9 @@ struct ra_options {
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);
 
+/* prefetch_depth, resolved. */
+guint readahead_prefetch_depth(const struct readahead *ra);
+
 /* Counters, a snapshot.  Plain data. */
 struct ra_stats {
 	guint64 objects_fetched; /* whole-object GETs started */

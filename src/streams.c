@@ -292,11 +292,26 @@ static void emit(struct streams *s, GArray *out, guint64 from, guint64 to)
 	s->st.announced += to - from;
 }
 
+/* @t's lookahead: its own, within its share of the budget. */
+static guint64 wanted(const struct streams *s, const struct stream *t)
+{
+	guint active = 0, i;
+
+	if (!s->o.budget)
+		return t->ahead;
+	for (i = 0; i < s->o.slots; i++) {
+		const struct stream *c = &s->slot[i];
+
+		active += c->used && c->ahead && c->stamp + WINDOW > s->clock;
+	}
+	return MIN(t->ahead, MAX(s->o.ahead_min, s->o.budget / MAX(active, 1)));
+}
+
 /* Announces ahead of @t's last open, up to its lookahead, within its
  * batch, then into its predicted next batch. */
 static void extend(struct streams *s, struct stream *t, GArray *out)
 {
-	guint64 want = t->ahead, have = outstanding(t), limit, end, room;
+	guint64 want = wanted(s, t), have = outstanding(t), limit, end, room;
 
 	if (have >= want)
 		return;

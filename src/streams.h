@@ -11,7 +11,8 @@
  *
  * - A stream is confirmed after `confirm` consecutive opens; it then gets
  *   `ahead_min` positions ahead of its last open, doubling with each
- *   further open up to `ahead_max`.
+ *   further open up to `ahead_max`, or up to its share of `budget` among
+ *   the streams confirmed and opened in the last 256 opens.
  * - Batches: when readers' streams keep ending after the same run length L
  *   and the same reader then resumes J positions past the end (a loader
  *   worker skipping the batches of the other workers), the pattern is
@@ -38,6 +39,9 @@ struct streams_options {
 	guint confirm;	 /* consecutive opens that make a stream (3) */
 	guint ahead_min; /* positions ahead at confirmation (4) */
 	guint ahead_max; /* positions ahead at most, per stream (32) */
+	guint budget;	 /* positions ahead of all recent streams together,
+			  * shared out evenly but at least ahead_min each
+			  * (0: no limit) */
 };
 
 /* Counters, a snapshot.  Plain data. */

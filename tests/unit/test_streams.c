@@ -195,6 +195,29 @@ static void test_64_streams(void)
 	}
 }
 
+/* A budget shares the lookahead out among the streams: 32 streams with
+ * a budget of 64 get 4 each (ahead_min), one alone gets its 32. */
+static void test_budget(void)
+{
+	struct streams_options o = { .budget = 64 };
+	struct sim m;
+	guint i;
+
+	sim_init(&m, &o);
+	run_interleaved(&m, 32, 100, 10000, TRUE, 3);
+	/* What is announced and unopened at the end: each one's lookahead. */
+	g_assert_cmpuint(sim_waste(&m), <=, 32 * 4);
+	g_assert_cmpuint(m.hits, >=, 32 * (100 - 4));
+	g_assert_cmpuint(m.twice, ==, 0);
+	sim_clear(&m);
+
+	sim_init(&m, &o);
+	for (i = 0; i < 50; i++)
+		sim_open(&m, i, 1);
+	g_assert_cmpuint(sim_waste(&m), ==, 32);
+	sim_clear(&m);
+}
+
 /* More streams than slots: they push each other out, and nothing is
  * announced for streams that can't be followed. */
 static void test_more_streams_than_slots(void)
@@ -375,6 +398,7 @@ int main(int argc, char **argv)
 	g_test_add_func("/streams/ramp", test_ramp);
 	g_test_add_func("/streams/no-overlap", test_streams_do_not_overlap);
 	g_test_add_func("/streams/64-streams", test_64_streams);
+	g_test_add_func("/streams/budget", test_budget);
 	g_test_add_func("/streams/more-than-slots",
 			test_more_streams_than_slots);
 	g_test_add_func("/streams/dlio", test_dlio);
