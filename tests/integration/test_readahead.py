@@ -20,6 +20,16 @@ from harness import Mount  # noqa: E402
 MiB = 1 << 20
 
 
+def in_threads(fn, arg_lists):
+    """Runs fn(*args) for each of @arg_lists in its own thread, at once,
+    and waits for all."""
+    ts = [threading.Thread(target=fn, args=a) for a in arg_lists]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 class ReadaheadTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
@@ -235,12 +245,7 @@ class ReadaheadTest(harness.MountCase):
                 except OSError as e:
                     errors.append(f"{n}: {e}")
         names = sorted(self.small)
-        ts = [threading.Thread(target=reader, args=(names[i::4],))
-              for i in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(reader, [(names[i::4],) for i in range(4)])
         self.assertEqual(errors, [])
         eps = {e["url"]: e for e in self.stats(m)["endpoints"]}
         self.assertEqual(eps[dead]["bytes"], 0)
@@ -270,11 +275,7 @@ class ReadaheadTest(harness.MountCase):
                         os.close(fd)
                     if got != self.loader[n]:
                         errors.append(n)
-        ts = [threading.Thread(target=worker, args=(w,)) for w in range(8)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(worker, [(w,) for w in range(8)])
         self.assertEqual(errors, [])
         st = self.settled_stats(m)
         ra, streams = st["readahead"], st["streams"]
@@ -313,12 +314,7 @@ class ReadaheadTest(harness.MountCase):
             for n in part:
                 with open(m.path(n), "rb") as f:
                     f.read()
-        ts = [threading.Thread(target=reader, args=(names[i::8],))
-              for i in range(8)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(reader, [(names[i::8],) for i in range(8)])
         st = self.settled_stats(m)
         self.assertEqual(self.gets() - before, len(names), st)
         self.assertEqual(st["streams"]["announced"], 0, st)
