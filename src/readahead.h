@@ -16,6 +16,11 @@
  * spreads them over the endpoints); any other read is one ranged GET of
  * exactly what was asked.
  *
+ * Announcements are promises (readahead_prefetch(): a hint) or guesses
+ * (readahead_guess(): a stream's lookahead, see streams.h); guesses yield
+ * to anything already announced, fetched or open, and have a
+ * prefetch_depth of their own.
+ *
  * Memory: prefetching (announced objects and read-ahead parts) stops while
  * the buffers held reach memory_max, and resumes as they are released;
  * demand reads always proceed, so nothing deadlocks on the budget.
@@ -43,7 +48,8 @@ struct ra_options {
 	guint64 window_max;   /* largest window (64 MiB) */
 	guint64 part_size;    /* one GET of a large object (8 MiB) */
 	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
-	guint prefetch_depth; /* announced objects fetched ahead (64) */
+	guint prefetch_depth; /* announced objects fetched ahead (64), for
+			       * hints and for guesses each */
 };
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
