@@ -157,7 +157,8 @@ static void serve(GBytes *data, const GError *error, guint64 off, gsize size,
 	done(p + off, MIN(size, len - off), NULL, user);
 }
 
-static void start_object(struct readahead *ra, struct object *obj);
+static void start_object(struct readahead *ra, struct object *obj,
+			 gboolean hedge);
 static void pump(struct readahead *ra);
 
 static void object_done(GBytes *data, const struct s3_object_meta *meta,
@@ -196,9 +197,14 @@ static void object_done(GBytes *data, const struct s3_object_meta *meta,
 	g_mutex_unlock(&ra->lock);
 }
 
-/* Under ra->lock: a new object, held once by @holder and by its fetch. */
+/*
+ * Under ra->lock: a new object, held once by @holder and by its fetch.
+ * Fetched @ahead of its open (announced), its GET is not hedged: it has
+ * time to spare, and a duplicate would add load just when the endpoints
+ * are slow.
+ */
 static struct object *object_new(struct readahead *ra, const char *key,
-				 const char *etag, guint64 size)
+				 const char *etag, guint64 size, gboolean ahead)
 {
 	struct object *obj = g_new0(struct object, 1);
 
@@ -211,18 +217,19 @@ static struct object *object_new(struct readahead *ra, const char *key,
 	g_queue_init(&obj->waiters);
 	g_hash_table_insert(ra->objects, obj->key, obj);
 	ra->mem_used += size;
-	start_object(ra, obj);
+	start_object(ra, obj, !ahead);
 	return obj;
 }
 
 /* Under ra->lock (s3_get_async only queues). */
-static void start_object(struct readahead *ra, struct object *obj)
+static void start_object(struct readahead *ra, struct object *obj,
+			 gboolean hedge)
 {
 	struct s3_get_args a = {
 		.length = obj->size,
 		.if_match = obj->etag,
 		.endpoint = -1,
-		.hedge = TRUE,
+		.hedge = hedge,
 	};
 
 	ra->st.objects_fetched++;
@@ -323,7 +330,7 @@ static void pump(struct readahead *ra)
 		if (g_hash_table_contains(ra->overtaken, a->key)) {
 			count_add(ra->overtaken, a->key, -1);
 		} else if (!g_hash_table_contains(ra->objects, a->key)) {
-			obj = object_new(ra, a->key, a->etag, a->size);
+			obj = object_new(ra, a->key, a->etag, a->size, TRUE);
 			obj->announced = TRUE;
 			obj->guess = a->guess;
 			ra->st.stream_fetched += a->guess;
@@ -695,7 +702,7 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 		} else if (obj) {
 			obj->refs++;
 		} else {
-			obj = object_new(ra, key, etag, size);
+			obj = object_new(ra, key, etag, size, FALSE);
 		}
 		f->obj = obj;
 		obj->handles++;
