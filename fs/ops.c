@@ -340,7 +340,7 @@ static void follow_listing(struct fs *fs, struct index *idx, index_id id,
 	if (!fs->streams) {
 		/* The streams share the guesses' depth (readahead.h). */
 		struct streams_options o = {
-			.budget = readahead_prefetch_depth(fs->ra),
+			.budget = readahead_guess_depth(fs->ra),
 		};
 
 		fs->streams = streams_new(&o);

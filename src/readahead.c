@@ -25,6 +25,9 @@
 #define DEF_PREFETCH_DEPTH 64
 #define SEEK_TOLERANCE	   (1u << 20)
 #define STALE_PREFETCH_US  (30 * G_USEC_PER_SEC)
+/* Guesses fetched ahead and unopened, per prefetch_depth: one per file a
+ * loader's streams can run ahead of (DLIO's 32 at 20 ms need ~8 each). */
+#define GUESS_DEPTH_FACTOR 4
 
 enum state { FETCHING, READY, FAILED };
 
@@ -297,9 +300,9 @@ static void consume_announcement(struct readahead *ra, const char *key)
 }
 
 /*
- * Whether @a must wait: prefetch_depth objects of its kind (hints, or
- * guesses: each kind has that depth) are fetched and unopened, or the
- * memory budget is reached.  Under lock.
+ * Whether @a must wait: as many objects of its kind as its depth allows
+ * (prefetch_depth hints, readahead_guess_depth() guesses) are fetched and
+ * unopened, or the memory budget is reached.  Under lock.
  */
 static gboolean must_wait(struct readahead *ra, const struct announce *a)
 {
@@ -308,7 +311,8 @@ static gboolean must_wait(struct readahead *ra, const struct announce *a)
 
 	if (g_hash_table_contains(ra->overtaken, a->key))
 		return FALSE;
-	return kind >= ra->o.prefetch_depth ||
+	return kind >= (a->guess ? readahead_guess_depth(ra)
+				 : ra->o.prefetch_depth) ||
 	       ra->mem_used + a->size > ra->o.memory_max;
 }
 
@@ -831,9 +835,9 @@ guint64 readahead_whole_max(const struct readahead *ra)
 	return ra->o.whole_max;
 }
 
-guint readahead_prefetch_depth(const struct readahead *ra)
+guint readahead_guess_depth(const struct readahead *ra)
 {
-	return ra->o.prefetch_depth;
+	return ra->o.prefetch_depth * GUESS_DEPTH_FACTOR;
 }
 
 void readahead_free(struct readahead *ra)

@@ -18,8 +18,8 @@
  *
  * Announcements are promises (readahead_prefetch(): a hint) or guesses
  * (readahead_guess(): a stream's lookahead, see streams.h); guesses yield
- * to anything already announced, fetched or open, and have a
- * prefetch_depth of their own.
+ * to anything already announced, fetched or open, and have a depth of
+ * their own (readahead_guess_depth()).
  *
  * Memory: prefetching (announced objects and read-ahead parts) stops while
  * the buffers held reach memory_max, and resumes as they are released;
@@ -48,15 +48,16 @@ struct ra_options {
 	guint64 window_max;   /* largest window (64 MiB) */
 	guint64 part_size;    /* one GET of a large object (8 MiB) */
 	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
-	guint prefetch_depth; /* announced objects fetched ahead (64), for
-			       * hints and for guesses each */
+	guint prefetch_depth; /* announced objects fetched ahead (64);
+			       * guesses: see readahead_guess_depth() */
 };
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);
 
-/* prefetch_depth, resolved. */
-guint readahead_prefetch_depth(const struct readahead *ra);
+/* How many guesses may be fetched and unopened at once: 4 x
+ * prefetch_depth (resolved). */
+guint readahead_guess_depth(const struct readahead *ra);
 
 /* Counters, a snapshot.  Plain data. */
 struct ra_stats {
@@ -132,7 +133,8 @@ void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
 
 /*
  * Like readahead_prefetch(), for a guess (a stream's lookahead, see
- * streams.h) rather than a promise: it is dropped if @key is already
+ * streams.h) rather than a promise, within readahead_guess_depth()
+ * instead of prefetch_depth: it is dropped if @key is already
  * announced, being fetched, or open, so that a guess never fetches what a
  * hint, another guess or a reader already has; and a hint of a key
  * already guessed is dropped likewise.  Counted in the stream_* counters
