@@ -879,10 +879,14 @@ static void complete(struct completion *c)
 	g_free(c);
 }
 
+/* The engine whose done thread this is, if it is one. */
+static __thread struct http *done_thread_of;
+
 static void *done_thread(void *data)
 {
 	struct http *http = data;
 
+	done_thread_of = http;
 	for (;;) {
 		struct completion *c;
 
@@ -2046,6 +2050,31 @@ static struct loop *admit(struct http *http, struct http_request *req)
 	return best;
 }
 
+/*
+ * Hands the refusal of @req (with @error, copied) to a done thread, as
+ * every other done() is, when one will still run it: callers may submit
+ * under their own locks, which done() takes (the readahead engine does).
+ * FALSE when the done threads are stopping and this is not one of them.
+ */
+static gboolean defer_refusal(struct http *http, struct http_request *req,
+			      const GError *error)
+{
+	struct completion *c;
+
+	pthread_mutex_lock(&http->done_lock);
+	if (http->done_stop && done_thread_of != http) {
+		pthread_mutex_unlock(&http->done_lock);
+		return FALSE;
+	}
+	c = g_new0(struct completion, 1);
+	c->req = req;
+	c->error = g_error_copy(error);
+	g_queue_push_tail(&http->done_queue, c);
+	pthread_cond_signal(&http->done_cond);
+	pthread_mutex_unlock(&http->done_lock);
+	return TRUE;
+}
+
 void http_submit(struct http *http, struct http_request *req)
 {
 	struct loop *wake = NULL;
@@ -2068,6 +2097,8 @@ void http_submit(struct http *http, struct http_request *req)
 		g_autoptr(GError) error = cancelled_error();
 
 		g_prefix_error(&error, "%s: ", req->what);
+		if (defer_refusal(http, req, error))
+			return;
 		req->done(req, NULL, error, req->data);
 		request_free(req);
 	}

@@ -315,8 +315,11 @@ void http_request_pin_endpoint(struct http_request *req, guint index);
 
 /*
  * Queues @req (ownership passes to the engine; it is freed after done()).
- * Any thread, including callbacks.  Once http_free() has begun, @req is
- * cancelled at once: done() runs on the calling thread with ECANCELED.
+ * Any thread, including callbacks, and under the caller's own locks:
+ * done() is never called from inside http_submit() while the done threads
+ * run.  Once http_shutdown() has begun, @req is cancelled at once: done()
+ * runs with ECANCELED on a done thread, or, once those are stopping and
+ * the caller is not one of them, on the calling thread.
  */
 void http_submit(struct http *http, struct http_request *req);
 

@@ -342,6 +342,22 @@ class ReadaheadTest(harness.MountCase):
                          len(names) + st["readahead"]["prefetch_unopened"], st)
         self.assertGreater(st["readahead"]["stream_hits"], 50, st)
 
+    def test_unmount_with_hints_queued_and_fetches_in_flight(self):
+        """Unmount while announced files wait and their GETs are in
+        flight: the cancelled fetches start the next announced ones, which
+        the closed engine refuses at once; the daemon must still exit (it
+        hung in a self-deadlock on the readahead lock before)."""
+        m = self.mount("prefetch_depth=8")
+        self.server.faults([{"op": "GET", "kind": "delay", "seconds": 3}])
+        os.setxattr(m.dir, "user.bucketfs.prefetch",
+                    "\n".join(self.loader).encode())
+        time.sleep(0.5)
+        self.mounts.remove(m)
+        t0 = time.monotonic()
+        rc, status = m.unmount()
+        self.assertEqual((rc, status), (0, 0), m.output())
+        self.assertLess(time.monotonic() - t0, 20)
+
     def test_counters_summarized_at_unmount(self):
         m = self.mount()
         with open(m.path("mid.bin"), "rb") as f:
