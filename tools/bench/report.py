@@ -97,6 +97,30 @@ def status_note(row):
     return ""
 
 
+def merge(results):
+    """One report's results from several invocations' (run.py --render
+    A.json,B.json): each measurement from the last invocation that ran it.
+    Every ratio stays within one invocation."""
+    out = dict(results[0])
+    out["sections"] = dict(results[0].get("sections", {}))
+    out["problems"] = list(results[0].get("problems", []))
+    out["datasets"] = dict(results[0].get("datasets", {}))
+    out["delay_endpoints"] = dict(results[0].get("delay_endpoints") or {})
+    out["parts"] = [{k: r.get(k) for k in ("command", "started", "elapsed_s", "raw_path",
+                                           "machine")} for r in results]
+    for r in results[1:]:
+        for name, sec in r.get("sections", {}).items():
+            if sec.get("status", "").startswith("not selected") and name in out["sections"]:
+                continue
+            out["sections"][name] = sec
+        out["problems"] += r.get("problems", [])
+        out["datasets"].update(r.get("datasets", {}))
+        out["delay_endpoints"].update(r.get("delay_endpoints") or {})
+        out["elapsed_s"] = out.get("elapsed_s", 0) + r.get("elapsed_s", 0)
+    out["command"] = " ; ".join(r.get("command", "?") for r in results)
+    return out
+
+
 def write(res, out):
     os.makedirs(os.path.dirname(out), exist_ok=True)
     tmp = out + ".tmp"
@@ -109,7 +133,7 @@ def render(res, out, charts=True):
     """The report as Markdown; with @charts, the charts are drawn next to
     @out."""
     chart = chart_path(out)
-    chart_note = make_chart(res, chart) if charts else "not drawn (--print)"
+    chart_note = make_chart(res, chart) if charts else "--print draws no chart"
     lines = []
     w = lines.append
     m = res.get("machine", {})
@@ -133,6 +157,17 @@ def render(res, out, charts=True):
          pct(m.get("cpu_busy_start"), 1) if m.get("cpu_busy_start") is not None else "?"))
     w("- **bucketfs build:** commit %s, binary built %s" % (m.get("commit"),
                                                           m.get("binary_built")))
+    if len(res.get("parts", [])) > 1:
+        w("- **Invocations** (each measurement comes from one of them, with its ratios "
+          "measured within it):")
+        for part in res["parts"]:
+            pm = part.get("machine") or {}
+            w("  - `%s`: started %s, %d min %02d s, commit %s, CPUs %s busy before the "
+              "start; raw numbers `%s`"
+              % (part.get("command"), part.get("started"), (part.get("elapsed_s") or 0) // 60,
+                 (part.get("elapsed_s") or 0) % 60, pm.get("commit"),
+                 pct(pm.get("cpu_busy_start"), 1) if pm.get("cpu_busy_start") is not None
+                 else "?", part.get("raw_path")))
     w("- **Datasets** (under `%s`, written once and reused):" % os.path.dirname(
         os.path.dirname(res.get("raw_path", "/x/y"))))
     for name, meta in res.get("datasets", {}).items():
@@ -194,7 +229,7 @@ def render(res, out, charts=True):
     sec_rig(secs.get("rig", {}), w)
     lchart = latency_chart_path(out)
     sec_latency(secs.get("latency", {}), w, lchart, make_latency_chart(res, lchart) if charts
-                else "not drawn (--print)", out)
+                else "--print draws no chart", out)
     sec_dlio(secs.get("dlio", {}), w, chart, chart_note, out)
     sec_large(secs.get("large", {}), w)
     sec_fio(secs.get("fio", {}), w)
@@ -476,7 +511,9 @@ def cpu_cells(cell, per="file"):
                                if cell.get("median_cpu_ms_per_file") is not None else "–")
     else:
         main = "%s s/GB" % n2(cell.get("median_cpu_s_per_gb"))
-    th = ", ".join("%s %.0f%%" % (k, v["core_pct"]) for k, v in sorted(
+    th = ", ".join(("%s %.0f%% (%.3f ms/file)" % (k, v["core_pct"], v["ms_per_file"])
+                    if per == "file" and v.get("ms_per_file") is not None
+                    else "%s %.0f%%" % (k, v["core_pct"])) for k, v in sorted(
         cell.get("median_threads", {}).items(), key=lambda kv: -(kv[1]["core_pct"] or 0))
         if v.get("core_pct") and v["core_pct"] >= 1)
     return ["%s (%s of a core)" % (main, pct(cell["median_core_pct"], 100)), th or "–"]

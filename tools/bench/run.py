@@ -211,6 +211,29 @@ class Bench(latency.LatencyMixin):
             ck.append(("endpoint %d: GET with If-Match: %s / with a wrong one; nginx's ETag"
                        % (i + 1, etag), "%s / %s; %s" % (good, bad, m.group(1) if m else "none"),
                        "ok" if ok else "FAILED"))
+        # The delayed ports: the same answers, the first byte no sooner than
+        # the delay.
+        for d, urls in sorted(self.rig.endpoints.delay_urls.items()):
+            if not d:
+                continue
+            for i, u in enumerate(urls):
+                url = "%s/%s/%s" % (u, ds.name, key)
+                fmt = "%{http_code} %{time_starttransfer}"
+                good = sh(["curl", "-s", "-o", "/dev/null", "-w", fmt,
+                           "-H", "If-Match: %s" % etag, url]).stdout.split()
+                bad = sh(["curl", "-s", "-o", "/dev/null", "-w", fmt,
+                          "-H", 'If-Match: "0-0"', url]).stdout.split()
+                rng = sh(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                          "-r", "0-99", url]).stdout.split()
+                ok = (len(good) == 2 and len(bad) == 2 and good[0] == "200" and
+                      bad[0] == "412" and float(good[1]) * 1e3 >= d and rng == ["206", "100"])
+                ok_all &= ok
+                ck.append(("endpoint %d, %g ms port: If-Match right / wrong, first byte after; "
+                           "Range 0-99" % (i + 1, d),
+                           "%s / %s after %s ms; %s" % (
+                               good[0] if good else "?", bad[0] if bad else "?",
+                               "%.1f" % (float(good[1]) * 1e3) if len(good) == 2 else "?",
+                               " ".join(rng)), "ok" if ok else "FAILED"))
         # A signed listing through nginx (proxied to the test S3 server).
         u = self.rig.endpoints.urls[1]
         r = sh(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
@@ -920,9 +943,10 @@ def parse_args(argv):
     ap.add_argument("--cache-dir", default=os.environ.get("BFS_BENCH_CACHE",
                                                           "/var/tmp/bucketfs-bench"),
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
-    ap.add_argument("--render", metavar="RESULTS.json",
+    ap.add_argument("--render", metavar="RESULTS.json[,...]",
                     help="measure nothing: rewrite --out from the raw results of an earlier "
-                         "run (results/*.json under the cache directory)")
+                         "run (results/*.json under the cache directory); of several runs, "
+                         "each measurement from the last one that ran it")
     g = ap.add_argument_group(
         "latency rig", "endpoints that answer each object GET after a fixed first-byte "
         "delay (nginx's echo module: echo_sleep, then the static file)")
@@ -1031,8 +1055,12 @@ def main(argv=None):
         os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *argv])
     a = parse_args(argv)
     if a.render:
-        with open(a.render) as f:
-            res = json.load(f)
+        parts = []
+        for path in a.render.split(","):
+            with open(path) as f:
+                parts.append(json.load(f))
+                parts[-1].setdefault("raw_path", path)
+        res = parts[0] if len(parts) == 1 else report.merge(parts)
         out = os.path.abspath(a.out)
         report.write(res, out)
         log("wrote %s and %s from %s" % (out, report.chart_path(out), a.render))
