@@ -521,32 +521,30 @@ def _run_ratios(num, den, metric):
     return _median(rs), rs
 
 
-def summarize_latency(sec):
+def summarize(sec, metric, refs):
+    """Medians of every cell of @sec; then for each bucketfs cell, its
+    same-run ratios against the cells refs(delay, order_or_job) names, as
+    (name, key) pairs: ratio_<name> and ratios_<name>."""
     cells = sec["cells"]
     for cell in cells.values():
-        _cell_medians(cell, "files_s")
+        _cell_medians(cell, metric)
     for key, cell in cells.items():
         d, path, order, _style = key.split("|")
         if path != "bucketfs":
             continue
-        ref = cells.get("%s|py-gets|%s|-" % (d, "dlio" if order == "dlio" else "random"))
-        if ref:
-            cell["ratio_py"], cell["ratios_py"] = _run_ratios(cell, ref, "files_s")
-        ref = cells.get("%s|curl|-|-" % d)
-        if ref:
-            cell["ratio_curl"], cell["ratios_curl"] = _run_ratios(cell, ref, "files_s")
+        for name, ref_key in refs(d, order):
+            ref = cells.get(ref_key)
+            if ref:
+                cell["ratio_" + name], cell["ratios_" + name] = _run_ratios(cell, ref, metric)
+
+
+def summarize_latency(sec):
+    summarize(sec, "files_s", lambda d, order: [
+        ("py", "%s|py-gets|%s|-" % (d, "dlio" if order == "dlio" else "random")),
+        ("curl", "%s|curl|-|-" % d)])
 
 
 def summarize_throughput(sec):
-    cells = sec["cells"]
-    for cell in cells.values():
-        _cell_medians(cell, "mb_s")
-    for key, cell in cells.items():
-        d, path, job, _ = key.split("|")
-        if path != "bucketfs":
-            continue
-        for ref_path in ("ranged8", "ranged-mount", "py-gets", "local"):
-            ref = cells.get("%s|%s|%s|-" % (d if ref_path != "local" else "0", ref_path, job))
-            if ref:
-                cell["ratio_" + ref_path], cell["ratios_" + ref_path] = _run_ratios(
-                    cell, ref, "mb_s")
+    summarize(sec, "mb_s", lambda d, job: [
+        (ref, "%s|%s|%s|-" % (d if ref != "local" else "0", ref, job))
+        for ref in ("ranged8", "ranged-mount", "py-gets", "local")])

@@ -285,18 +285,9 @@ def summary(res, w):
                  else "–",
                  ratio(v["rclone"], v["bucketfs"]) + " faster" if v["rclone"] and v["bucketfs"]
                  else "–"))
-    w("")
-    lat = secs.get("latency", {})
-    for dl, _p, o, st, c in cells_of(lat, "bucketfs"):
-        if dl != 20:
-            continue
-        w("- **At 20 ms, %s order, %s:** bucketfs %s files/s, %s the same readers doing GETs "
-          "themselves, %s `curl -Z`; daemon CPU %s ms per file."
-          % (ORDER_LABEL.get(o, o), STYLE_LABEL.get(st, st), n0(c.get("median_files_s")),
-             "{:.2f}×".format(c["ratio_py"]) if c.get("ratio_py") else "–",
-             "{:.2f}×".format(c["ratio_curl"]) if c.get("ratio_curl") else "–",
-             "{:.3f}".format(c["median_cpu_ms_per_file"])
-             if c.get("median_cpu_ms_per_file") is not None else "–"))
+    if d or lg or tr:
+        w("")
+    targets(secs, w)
     for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
         w("- **2 GiB `dd` at %s ms:** %s MB/s, %s of 8 ranged GETs and %s of part-sized "
           "ranged GETs with as many in flight; daemon CPU %s s per GB."
@@ -339,6 +330,47 @@ def summary(res, w):
              pct(v, d.get("direct", {}).get("median_files_s")),
              pct(v, d.get("direct-py", {}).get("median_files_s")),
              secs["dlio"].get("procs")))
+
+
+# The "Done means" of issues 13 and 14, as (order, minimum ratio against the
+# same readers doing GETs, minimum files/s).
+TARGETS_20MS = {"random": (0.97, None), "dlio": (2.0, NEED_FILES_S), "announced": (2.5, None)}
+CPU_MS_PER_FILE_MAX = 0.3
+LARGE_MIN = 0.85
+
+
+def targets(secs, w):
+    """The issues' targets against this run's medians (same-run ratios)."""
+    rows = []
+    for dl, _p, o, st, c in cells_of(secs.get("latency", {}), "bucketfs"):
+        if dl != 20 or o not in TARGETS_20MS:
+            continue
+        need, files = TARGETS_20MS[o]
+        r = c.get("ratio_py")
+        ok = r is not None and r >= need and (files is None or (c.get("median_files_s") or 0)
+                                              >= files)
+        rows.append(["20 ms, %s order, %s: ≥ %.2f× the same readers doing GETs%s"
+                     % (ORDER_LABEL[o], STYLE_LABEL.get(st, st), need,
+                        " and ≥ %s files/s" % n0(files) if files else ""),
+                     "%s× (%s files/s)" % (n2(r), n0(c.get("median_files_s"))),
+                     "yes" if ok else "**no**"])
+        v = c.get("median_cpu_ms_per_file")
+        rows.append(["20 ms, %s order, %s: daemon CPU ≤ %.1f ms per file"
+                     % (ORDER_LABEL[o], STYLE_LABEL.get(st, st), CPU_MS_PER_FILE_MAX),
+                     "%s ms" % ("{:.3f}".format(v) if v is not None else "–"),
+                     "yes" if v is not None and v <= CPU_MS_PER_FILE_MAX else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
+        r = c.get("ratio_ranged8")
+        rows.append(["2 GiB `dd` at %s ms: ≥ %.0f%% of 8 ranged GETs"
+                     % (fmt_ms(dl), LARGE_MIN * 100),
+                     "{:.0%}".format(r) if r is not None else "–",
+                     "yes" if r is not None and r >= LARGE_MIN else "**no**"])
+    if not rows:
+        return
+    w("Against the targets of issues 13 and 14 (medians of the runs' same-run ratios):")
+    w("")
+    table(w, ["Target", "Measured", "Met"], rows)
+    w("")
 
 
 def len_files(res):
@@ -462,12 +494,17 @@ def sec_dlio(s, w, chart, chart_note, out):
         if not r.get("runs"):
             rows.append([LABEL[k], status_note(r) or "no data"] + [""] * 7)
             continue
+        cpu_ms = median_of([x["cpu"]["cpu_ms_per_file"] for x in r["runs"]
+                            if (x.get("cpu") or {}).get("cpu_ms_per_file") is not None])
+        busy = median_of([x["cpu"]["busy_pct"] for x in r["runs"] if x.get("cpu")])
         rows.append([LABEL[k], "**%s**" % n0(r["median_files_s"]), n0(r["median_mb_s"]),
                      ms(r["median_p50_ms"]), ms(r["median_p99_ms"]), ms(r["median_max_ms"]),
                      n0(r["errors"]), runs_of([x["files_s"] for x in r["runs"]]),
-                     pct(r["median_files_s"], direct)])
+                     pct(r["median_files_s"], direct),
+                     "{:.3f}".format(cpu_ms) if cpu_ms is not None else "",
+                     pct(busy, 100) if busy is not None else ""])
     table(w, ["Path", "files/s", "MB/s", "p50 ms", "p99 ms", "max ms", "failed reads",
-              "files/s per run", "vs direct S3"], rows)
+              "files/s per run", "vs direct S3", "daemon CPU ms/file", "machine busy"], rows)
     w("")
     notes = [(k, r.get("note")) for k, r in s["paths"].items() if r.get("note")]
     notes += [(k, status_note(r)) for k, r in s["paths"].items()
@@ -579,10 +616,13 @@ def sec_latency(s, w, chart, chart_note, out):
 
 
 def sec_throughput(s, w, title, intro, key_label, refs, per="GB"):
+    """A section of MB/s cells: @intro(s) is its text (only called when
+    there are cells); @refs the (ratio name, column label) of the
+    references."""
     heading(w, title, s)
     if not s.get("cells"):
         return
-    w(intro)
+    w(intro(s))
     w("")
     rows = []
     for d, p, o, st, c in cells_of(s):
@@ -605,20 +645,18 @@ LARGE_PATH = {"bucketfs": "**bucketfs** `dd bs=1M`", "ranged8": "8 ranged GETs a
 
 
 def sec_large(s, w):
-    if not s.get("cells"):
-        heading(w, "3. Large file, sequential, at each latency", s)
-        return
     sec_throughput(
         s, w, "3. Large file, sequential, at each latency",
-        "`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through a fresh bucketfs "
-        "mount per run%s, at each first-byte delay, against the same object read with ranged "
-        "GETs over the same 4 endpoints in the same run: 8 ranges of an eighth at once, and "
-        "ranges of %s MiB (the mount's part size) with as many in flight as the mount had "
-        "at most (its endpoints' `inflight`, sampled every 20 ms; in each bucketfs run's "
-        "raw numbers). s3fs, rclone and the local file at 0 ms only. CPU per GB is the "
-        "daemon's."
-        % (n0(s["size"] / 2**20), " with `-o %s`" % ",".join(s["opts"]) if s.get("opts")
-           else "", n0(s.get("part", 0) / 2**20)),
+        lambda s: (
+            "`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through a fresh bucketfs "
+            "mount per run%s, at each first-byte delay, against the same object read with ranged "
+            "GETs over the same 4 endpoints in the same run: 8 ranges of an eighth at once, and "
+            "ranges of %s MiB (the mount's part size) with as many in flight as the mount had "
+            "at most (its endpoints' `inflight`, sampled every 20 ms; in each bucketfs run's "
+            "raw numbers). s3fs, rclone and the local file at 0 ms only. CPU per GB is the "
+            "daemon's."
+            % (n0(s["size"] / 2**20), " with `-o %s`" % ",".join(s["opts"]) if s.get("opts")
+               else "", n0(s.get("part", 0) / 2**20))),
         lambda p, o: LARGE_PATH.get(p, p),
         [("ranged8", "8 ranged"), ("ranged-mount", "ranged as the mount")])
     bf = [c for d, p, o, st, c in cells_of(s, "bucketfs")]
@@ -630,35 +668,31 @@ def sec_large(s, w):
 
 
 def sec_fio(s, w):
-    if not s.get("cells"):
-        heading(w, "4. fio on the mount, at each latency", s)
-        return
     sec_throughput(
         s, w, "4. fio on the mount, at each latency",
-        "`fio --direct=0 --readonly --ioengine=psync --runtime=%d` on the large file through "
-        "a fresh bucketfs mount per job and run, at each first-byte delay, and on the local "
-        "file (page cache warm). Sequential 1M reads with 1 job and with 4 jobs (each on its "
-        "own quarter, `--offset_increment`); random 4k and 128k reads with 8 jobs on "
-        "disjoint eighths; a job stops at the end of its region or after %d s."
-        % (s["seconds"], s["seconds"]),
+        lambda s: (
+            "`fio --direct=0 --readonly --ioengine=psync --runtime=%d` on the large file through "
+            "a fresh bucketfs mount per job and run, at each first-byte delay, and on the local "
+            "file (page cache warm). Sequential 1M reads with 1 job and with 4 jobs (each on its "
+            "own quarter, `--offset_increment`); random 4k and 128k reads with 8 jobs on "
+            "disjoint eighths; a job stops at the end of its region or after %d s."
+            % (s["seconds"], s["seconds"])),
         lambda p, o: ("**%s** on bucketfs" if p == "bucketfs" else "%s, local file") % o,
         [("local", "local file")])
 
 
 def sec_npz(s, w):
-    if not s.get("cells"):
-        heading(w, "5. np.load of UNet3D-shaped .npz files, at each latency", s)
-        return
     sec_throughput(
         s, w, "5. np.load of UNet3D-shaped .npz files, at each latency",
-        "%s files of %s bytes (`np.savez` of x, one UNet3D sample of 146,600,628 random "
-        "bytes, and a label y), %s reader processes each doing `np.load(path)[\"x\"]` on "
-        "its share (DLIO's UNet3D reader), through a fresh bucketfs mount per run%s, "
-        "against the same readers fetching each object with one keep-alive GET and loading "
-        "it from memory (`np.load(io.BytesIO(body))`), and against the local files. MB/s "
-        "counts the bytes of x."
-        % (n0(s["files"]), n0(s["file_size"]), s["procs"],
-           " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else ""),
+        lambda s: (
+            "%s files of %s bytes (`np.savez` of x, one UNet3D sample of 146,600,628 random "
+            "bytes, and a label y), %s reader processes each doing `np.load(path)[\"x\"]` on "
+            "its share (DLIO's UNet3D reader), through a fresh bucketfs mount per run%s, "
+            "against the same readers fetching each object with one keep-alive GET and loading "
+            "it from memory (`np.load(io.BytesIO(body))`), and against the local files. MB/s "
+            "counts the bytes of x."
+            % (n0(s["files"]), n0(s["file_size"]), s["procs"],
+               " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "")),
         lambda p, o: {"bucketfs": "**bucketfs**", "py-gets": "same readers, one GET per file",
                       "local": "local files (page cache)"}.get(p, p),
         [("py-gets", "GETs")])

@@ -339,8 +339,11 @@ class Bench(latency.LatencyMixin):
         ds = self.retina
         cold(ds.paths(), ds.name)
         paths = [m.path(k) for k in ds.files]
-        return readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
-                                timeout=self.a.run_timeout)
+        probe = cpu.CpuProbe(m.proc.pid)
+        res = readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
+                               timeout=self.a.run_timeout)
+        res["cpu"] = probe.stop(files=res["files"], nbytes=res["bytes"], wall_s=res["wall_s"])
+        return res
 
     def mount_all(self, section, ds, paths, mounts):
         """Mounts bucketfs and the peers not skipped, recording each into
@@ -394,19 +397,20 @@ class Bench(latency.LatencyMixin):
                             res = self.dlio_mount(mounts[p], r)
                         elif p == "direct":
                             rig.warm(ds.paths())
-                            res = curl_direct(self.rig, ds, a.procs, r, a.run_timeout)
+                            res = self.referenced(lambda: curl_direct(
+                                self.rig, ds, a.procs, r, a.run_timeout))
                         elif p == "direct-py":
                             rig.warm(ds.paths())
                             urls = [self.rig.object_url(ds, k, i)
                                     for i, k in enumerate(ds.files)]
-                            res = readers.read_all(urls, a.procs, seed=r,
-                                                   expect=lambda _: rig.RETINA_SIZE,
-                                                   timeout=a.run_timeout)
+                            res = self.referenced(lambda: readers.read_all(
+                                urls, a.procs, seed=r, expect=lambda _: rig.RETINA_SIZE,
+                                timeout=a.run_timeout))
                         else:
                             rig.warm(ds.paths())
-                            res = readers.read_all(ds.paths(), a.procs, seed=r,
-                                                   expect=lambda _: rig.RETINA_SIZE,
-                                                   timeout=a.run_timeout)
+                            res = self.referenced(lambda: readers.read_all(
+                                ds.paths(), a.procs, seed=r, expect=lambda _: rig.RETINA_SIZE,
+                                timeout=a.run_timeout))
                     except Skip as exc:
                         paths[p]["status"] = "skipped: %s" % exc
                         continue
