@@ -920,8 +920,9 @@ def make_chart(res, path):
 
 def make_latency_chart(res, path):
     """docs/bench-latency.png: files/s against the first-byte delay, one
-    line per path (medians; runs as dots), with Little's law's ceiling for
-    the readers alone (readers / delay).  Returns None, or why not."""
+    panel per read style: a line per order through bucketfs and per
+    reference (medians; runs as dots), with Little's law's ceiling for the
+    readers alone (readers / delay).  Returns None, or why not."""
     s = res.get("sections", {}).get("latency", {})
     if not s.get("cells"):
         return "no latency results"
@@ -932,47 +933,57 @@ def make_latency_chart(res, path):
         import matplotlib.ticker
     except ImportError as exc:
         return "matplotlib is not installed (%s)" % exc
-    lines = {}
-    for d, p, o, st, c in cells_of(s):
-        if p == "bucketfs":
-            name = "bucketfs, %s order, %s" % (ORDER_LABEL.get(o, o), STYLE_LABEL.get(st, st))
-        else:
-            name = LAT_PATH.get(p, p) + (", %s order" % ORDER_LABEL.get(o, o) if o != "-"
-                                          else "")
-        lines.setdefault((p, name), []).append((d, c))
-    fig, ax = plt.subplots(figsize=(9, 5.2), dpi=110)
-    styles = {"bucketfs": "-", "py-gets": "--", "curl": ":"}
-    for (p, name), pts in sorted(lines.items(), key=lambda kv: (kv[0][0] != "bucketfs",
-                                                                kv[0][1])):
-        xs = [d for d, _ in pts]
-        ys = [c.get("median_files_s") for _, c in pts]
-        ln, = ax.plot(xs, ys, styles.get(p, "-"), marker="o", markersize=4, label=name,
-                      linewidth=1.6 if p == "bucketfs" else 1.2)
+    styles = [st for st in ("whole", "dlio") if any(
+        p == "bucketfs" and x == st for _, p, _, x, _ in cells_of(s))]
+    fig, axes = plt.subplots(1, len(styles), figsize=(6.2 * len(styles), 5.2), dpi=110,
+                             sharey=True, squeeze=False)
+    colors = {"random": "#d62728", "dlio": "#1f77b4", "announced": "#2ca02c"}
+    refs = [("py-gets", "random", "--", "#e377c2"), ("py-gets", "dlio", "--", "#17becf"),
+            ("curl", "-", ":", "#7f7f7f")]
+    allv = []
+    delays = sorted({d for d, *_ in cells_of(s)})
+
+    def line(ax, pts, label, fmt, color, width):
+        if not pts:
+            return
+        ax.plot([d for d, _ in pts], [c.get("median_files_s") for _, c in pts], fmt,
+                marker="o", markersize=4, color=color, label=label, linewidth=width)
         for d, c in pts:
             vals = [x.get("files_s") for x in c["runs"] if x.get("files_s")]
-            ax.plot([d] * len(vals), vals, ".", color=ln.get_color(), markersize=3)
-    delays = sorted({d for _, pts in lines.items() for d, _ in pts if d > 0})
-    if delays:
-        xs = [x / 2.0 for x in range(int(min(delays)) * 2, int(max(delays)) * 2 + 1)] or delays
-        xs = [x for x in xs if x > 0]
-        ax.plot(xs, [s["procs"] / (x / 1e3) for x in xs], color="#bbb", linewidth=1,
-                label="%s readers ÷ delay (Little's law, one file in flight each)" % s["procs"])
-    ax.axhline(NEED_FILES_S, color="#444", linestyle="--", linewidth=1,
-               label="needed per host (%s files/s)" % "{:,}".format(NEED_FILES_S))
-    ax.set_yscale("log")
+            allv.extend(vals)
+            ax.plot([d] * len(vals), vals, ".", color=color, markersize=3)
+
+    for ax, st in zip(axes[0], styles):
+        for o in ("random", "dlio", "announced"):
+            line(ax, [(d, c) for d, p, oo, x, c in cells_of(s, "bucketfs")
+                      if oo == o and x == st],
+                 "bucketfs, %s order" % ORDER_LABEL[o], "-", colors[o], 1.8)
+        for p, o, fmt, color in refs:
+            line(ax, [(d, c) for d, pp, oo, _, c in cells_of(s, p) if oo == o],
+                 LAT_PATH[p] + (", %s order" % ORDER_LABEL[o] if o != "-" else ""),
+                 fmt, color, 1.1)
+        pos = [d for d in delays if d > 0]
+        if pos:
+            xs = [pos[0] + (pos[-1] - pos[0]) * i / 100.0 for i in range(101)]
+            ax.plot(xs, [s["procs"] / (x / 1e3) for x in xs], color="#bbb", linewidth=1,
+                    label="%s readers ÷ delay (one file each in flight)" % s["procs"])
+        ax.axhline(NEED_FILES_S, color="#444", linestyle="--", linewidth=0.8,
+                   label="needed per host (%s files/s)" % "{:,}".format(NEED_FILES_S))
+        ax.set_title("bucketfs read style: %s" % STYLE_LABEL.get(st, st), fontsize=10)
+        ax.set_xlabel("first-byte delay of every object GET, ms")
+        ax.set_xticks(delays)
+        ax.legend(loc="lower left", fontsize=7, frameon=False)
+    ax0 = axes[0][0]
+    ax0.set_yscale("log")
     fmt = matplotlib.ticker.FuncFormatter(lambda v, _pos: "{:,.0f}".format(v))
-    ax.yaxis.set_major_formatter(fmt)
-    ax.yaxis.set_minor_formatter(fmt)
-    ax.tick_params(axis="y", which="minor", labelsize=7)
-    ax.set_xlabel("first-byte delay of every object GET, ms")
-    ax.set_ylabel("files/s, log scale (line: median; dots: runs)")
-    ax.set_title("%s RetinaNet files, %s readers, 4 endpoints" % ("{:,}".format(s["files"]),
-                                                                  s["procs"]), fontsize=10)
-    allv = [x.get("files_s") for _, pts in lines.items() for _, c in pts for x in c["runs"]
-            if x.get("files_s")]
-    ax.set_ylim(max(10.0, min(allv) / 2), max(allv) * 2)
-    ax.set_xticks(sorted({d for _, pts in lines.items() for d, _ in pts}))
-    ax.legend(loc="upper right", fontsize=7, frameon=False)
+    ax0.yaxis.set_major_formatter(fmt)
+    ax0.yaxis.set_minor_formatter(fmt)
+    ax0.tick_params(axis="y", which="minor", labelsize=7)
+    ax0.set_ylabel("files/s, log scale (line: median; dots: runs)")
+    if allv:
+        ax0.set_ylim(max(10.0, min(allv) / 2.5), max(allv) * 1.6)
+    fig.suptitle("%s RetinaNet files, %s reader processes, 4 endpoints with a first-byte "
+                 "delay" % ("{:,}".format(s["files"]), s["procs"]), fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
