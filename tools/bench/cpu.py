@@ -34,8 +34,9 @@ def process_ticks(pid):
     return int(f[11]) + int(f[12])
 
 
-def thread_ticks(pid):
-    """utime + stime so far per thread name (threads of one name summed)."""
+def thread_ticks(pid, counts=None):
+    """utime + stime so far per thread name (threads of one name summed);
+    @counts, a dict, gets how many threads have each name."""
     out = {}
     for tid in os.listdir("/proc/%d/task" % pid):
         try:
@@ -43,6 +44,8 @@ def thread_ticks(pid):
         except (OSError, ValueError):
             continue  # the thread ended meanwhile
         out[name] = out.get(name, 0) + int(f[11]) + int(f[12])
+        if counts is not None:
+            counts[name] = counts.get(name, 0) + 1
     return out
 
 
@@ -72,7 +75,8 @@ class CpuProbe:
             return out
         try:
             cpu_s = (process_ticks(self.pid) - self.proc0) / HZ
-            threads = thread_ticks(self.pid)
+            counts = {}
+            threads = thread_ticks(self.pid, counts)
         except OSError as exc:
             out["cpu_error"] = "the daemon's /proc entry: %s" % exc
             return out
@@ -86,7 +90,7 @@ class CpuProbe:
             if s <= 0:
                 continue
             out["threads"][name] = {
-                "cpu_s": s,
+                "cpu_s": s, "count": counts.get(name, 1),
                 "core_pct": 100.0 * s / wall_s if wall_s else None,
                 "ms_per_file": s * 1e3 / files if files else None,
                 "s_per_gb": s / (nbytes / 1e9) if nbytes else None}
@@ -102,7 +106,8 @@ def describe(cost):
             parts.append("daemon %.3f ms CPU/file" % cost["cpu_ms_per_file"])
         if cost.get("cpu_s_per_gb") is not None:
             parts.append("%.2f s CPU/GB" % cost["cpu_s_per_gb"])
-        th = ["%s %.0f%%" % (k, v["core_pct"]) for k, v in cost.get("threads", {}).items()
+        th = ["%s%s %.0f%%" % (k, "×%d" % v["count"] if v.get("count", 1) > 1 else "",
+                                v["core_pct"]) for k, v in cost.get("threads", {}).items()
               if v.get("core_pct") and v["core_pct"] >= 0.5]
         if th:
             parts.append("threads (%% of a core): %s" % ", ".join(th))

@@ -37,6 +37,10 @@ import rig
 from rig import log
 
 ORDERS = ["random", "dlio", "announced"]
+# user.bucketfs.stats's readahead counters the report gives (those the
+# daemon has): announced prefetches, and listing-order stream prefetches.
+RA_COUNTERS = ("prefetch_hits", "prefetch_wasted", "prefetch_late", "stream_hits",
+               "stream_wasted", "stream_late")
 STYLES = ["whole", "dlio"]
 HINT_CHUNK = 60_000   # bytes of paths per setxattr (the limit is 64 KiB)
 XATTR_STATS = "user.bucketfs.stats"
@@ -115,7 +119,7 @@ def stats_summary(before, after, files):
             p50.append(e["p50_ms"])
     ra0 = (before or {}).get("readahead", {})
     ra = {k: v - ra0.get(k, 0) if isinstance(v, (int, float)) and k not in
-          ("memory_max", "memory_used", "prefetch_queued") else v
+          ("memory_max", "memory_used", "prefetch_queued", "prefetch_unopened") else v
           for k, v in after.get("readahead", {}).items()}
     return {"requests": req, "gets_per_file": req / files if files else None,
             "hedges": hedges, "errors": errors, "readahead": ra,
@@ -194,6 +198,7 @@ class LatencyMixin:
     def record(self, sec, key, res, label):
         for k in ("ends", "error_times", "t_start", "during"):
             res.pop(k, None)
+        res["round"] = sec.get("round")
         sec["cells"].setdefault(key, {"runs": []})["runs"].append(res)
         extra = ""
         if res.get("daemon"):
@@ -203,6 +208,10 @@ class LatencyMixin:
                 extra = "; %.2f GETs/file, prefetch hits %s wasted %s late %s" % (
                     d["gets_per_file"] or 0, ra.get("prefetch_hits", "?"),
                     ra.get("prefetch_wasted", "?"), ra.get("prefetch_late", "?"))
+                if "stream_hits" in ra:
+                    extra += ", stream hits %s wasted %s late %s" % (
+                        ra["stream_hits"], ra.get("stream_wasted", "?"),
+                        ra.get("stream_late", "?"))
             else:
                 extra = "; %d GETs (%s parts)" % (d["requests"], ra.get("parts_fetched", "?"))
         if "files_s" in res:
@@ -229,20 +238,28 @@ class LatencyMixin:
             "latencies": a.latency, "orders": a.order, "styles": a.style,
             "opts": a.opts, "cells": {}, "dlio_streams": len(dlio_shares(keys))}
         ref_orders = sorted({"dlio" if o == "dlio" else "random" for o in a.order})
+
+        def references(r, d, when):
+            for order in ref_orders:
+                shares, _ = shares_for(order, keys, a.procs, r)
+                urls = [[self.rig.object_url(ds, k, index_of[k], d) for k in s]
+                        for s in shares]
+                res = self.referenced(lambda: readers.read_all(
+                    None, 0, expect=expect, timeout=a.run_timeout, shares=urls))
+                self.record(sec, cell_key(d, "py-gets", order), res,
+                            "same readers doing GETs, %s order (%s)" % (order, when))
+            res = self.referenced(lambda: self.curl_z(ds, keys, a.procs, r, d))
+            self.record(sec, cell_key(d, "curl"), res, "curl -Z --parallel-max %d (%s)"
+                        % (a.procs, when))
+
         for r in range(a.runs):
+            sec["round"] = r
             for d in a.latency:
                 log("latency: run %d/%d at %g ms" % (r + 1, a.runs, d))
-                for order in ref_orders:
-                    shares, _ = shares_for(order, keys, a.procs, r)
-                    urls = [[self.rig.object_url(ds, k, index_of[k], d) for k in s]
-                            for s in shares]
-                    res = self.referenced(lambda: readers.read_all(
-                        None, 0, expect=expect, timeout=a.run_timeout, shares=urls))
-                    self.record(sec, cell_key(d, "py-gets", order), res,
-                                "same readers doing GETs, %s order" % order)
-                res = self.referenced(lambda: self.curl_z(ds, keys, a.procs, r, d))
-                self.record(sec, cell_key(d, "curl"), res, "curl -Z --parallel-max %d"
-                            % a.procs)
+                # The references before and after the mount's passes: each
+                # run's ratio is against their mean, so load that drifts
+                # during the run weighs on both sides alike.
+                references(r, d, "before")
                 for order in a.order:
                     shares, hint = shares_for(order, keys, a.procs, r)
                     for style in a.style:
@@ -260,6 +277,7 @@ class LatencyMixin:
                             continue
                         self.record(sec, cell_key(d, "bucketfs", order, style), res,
                                     "bucketfs, %s order, %s reads" % (order, style))
+                references(r, d, "after")
         summarize_latency(sec)
 
     def curl_z(self, ds, keys, procs, seed, delay):
@@ -333,6 +351,7 @@ class LatencyMixin:
                 except Exception as exc:
                     self.problem("large", "%s: %s" % (kind, exc))
             for r in range(a.runs):
+                sec["round"] = r
                 for d in a.large_latency:
                     log("large: run %d/%d at %g ms, %d MiB" % (r + 1, a.runs, d, size >> 20))
                     rig.warm([src])
@@ -418,6 +437,7 @@ class LatencyMixin:
                                              "cells": {}, "latencies": a.large_latency,
                                              "jobs": [j[0] for j in self.FIO_JOBS]}
         for r in range(a.runs):
+            sec["round"] = r
             for name, rw, bs, jobs in self.FIO_JOBS:
                 rig.warm([src])
                 for d in a.large_latency:
@@ -453,6 +473,7 @@ class LatencyMixin:
             "name": "npz", "files": len(keys), "procs": procs, "file_size": ds.meta["file_size"],
             "cells": {}, "latencies": a.large_latency, "opts": a.opts}
         for r in range(a.runs):
+            sec["round"] = r
             shares = readers.random_shares(keys, procs, r)
             rig.warm(ds.paths())
             for d in a.large_latency:
@@ -504,20 +525,31 @@ def _cell_medians(cell, metric):
             threads.setdefault(name, []).append(t)
     cell["median_threads"] = {
         name: {k: _median([t.get(k) for t in ts]) for k in ("core_pct", "ms_per_file",
-                                                             "s_per_gb")}
+                                                             "s_per_gb", "count")}
         for name, ts in threads.items()}
     gets = [x["daemon"]["gets_per_file"] for x in runs if x.get("daemon")]
     cell["median_gets_per_file"] = _median(gets)
     ra = [x["daemon"]["readahead"] for x in runs if x.get("daemon")]
-    for k in ("prefetch_hits", "prefetch_wasted", "prefetch_late"):
+    for k in RA_COUNTERS:
         if ra and all(k in x for x in ra):
             cell["median_" + k] = _median([x[k] for x in ra])
 
 
+def _by_round(cell, metric):
+    """{round: the mean of the cell's values in that run}."""
+    out = {}
+    for i, x in enumerate(cell["runs"]):
+        if x.get(metric):
+            out.setdefault(x.get("round", i), []).append(x[metric])
+    return {k: sum(v) / len(v) for k, v in out.items()}
+
+
 def _run_ratios(num, den, metric):
-    """Per run: num's value / den's value of the same run; their median."""
-    rs = [a.get(metric) / b[metric] for a, b in zip(num["runs"], den["runs"])
-          if a.get(metric) and b.get(metric)]
+    """Per run: num's value / den's of the same run (the mean of den's
+    values in that run: a reference measured before and after); the median
+    of those ratios, and the ratios."""
+    a, b = _by_round(num, metric), _by_round(den, metric)
+    rs = [a[k] / b[k] for k in sorted(a) if k in b]
     return _median(rs), rs
 
 
@@ -525,6 +557,7 @@ def summarize(sec, metric, refs):
     """Medians of every cell of @sec; then for each bucketfs cell, its
     same-run ratios against the cells refs(delay, order_or_job) names, as
     (name, key) pairs: ratio_<name> and ratios_<name>."""
+    sec.pop("round", None)
     cells = sec["cells"]
     for cell in cells.values():
         _cell_medians(cell, metric)
