@@ -5,315 +5,32 @@
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include "emptydir_ops.h"
 #include "error.h"
-#include "log.h"
-#include "ops.h"
+#include "fs_internal.h"
 #include "http.h"
-#include "overlay.h"
-#include "readahead.h"
+#include "log.h"
+#include "overlay_ops.h"
 
-#define GEN_SHIFT	 40
-#define ID_MASK		 ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
-#define BLOCK		 4096
 #define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
-/* Writable mode: node ids of names the index doesn't have (overlay.h),
- * and readdir offsets of those names after a directory's indexed ones. */
-#define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
-#define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
-#define OVERLAY_TIMEOUT 1.0
 /* Files fetched ahead of one opened in listing order. */
 #define LISTING_AHEAD 16
 
-/* An index and how many kernel lookups its nodes hold. */
-struct gen {
-	guint64 number;
-	struct index *idx;
-	guint64 lookups; /* protected by fs->lock */
-};
-
-struct fs {
-	struct s3 *s3;		 /* set before the loop, then immutable */
-	struct readahead *ra;	 /* likewise */
-	struct overlay *ov;	 /* likewise; NULL unless writable */
-	struct fuse_session *se; /* likewise */
-	struct fs_options opts;
-
-	GMutex lock;
-	struct gen *current; /* protected by lock */
-	GHashTable *gens;    /* protected by lock: number -> struct gen */
-	GHashTable *handles; /* protected by lock: open struct handle set */
-	gboolean stopped;    /* fs_stop() ran; main thread */
-	guint64 next_gen;    /* protected by lock */
-	/* Listing-order detection, protected by lock. */
-	struct index *last_idx; /* not a reference: compared only */
-	index_id last_open;
-	guint streak;
-	index_id announced_to; /* entries up to here were announced */
-};
-
-/* An open file: its key (for logs) and its readahead handle. */
-struct handle {
-	char *key;
-	struct ra_file *rf;
-	struct ov_file *of; /* instead of rf, for an overlay file */
-};
-
-static struct fs *data(fuse_req_t req)
-{
-	return fuse_req_userdata(req);
-}
-
-/* -- overlay nodes (writable mode) -------------------------------------- */
-
-static gboolean is_overlay(fuse_ino_t ino)
-{
-	return (ino >> GEN_SHIFT) == OVERLAY_GEN;
-}
-
-static fuse_ino_t ov_ino(guint64 node)
-{
-	return (OVERLAY_GEN << GEN_SHIFT) | node;
-}
-
-static void ov_fill_stat(const struct ov_attr *a, struct stat *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->st_ino = a->ino;
-	/* Anyone the mount lets in may make and remove names (allow_other
-	 * decides who): owners and modes are not stored. */
-	st->st_mode = a->is_dir ? S_IFDIR | 0777 : S_IFREG | 0666;
-	st->st_nlink = a->is_dir ? 2 : 1;
-	st->st_size = (off_t)a->size;
-	st->st_blksize = BLOCK;
-	st->st_blocks = (blkcnt_t)((a->size + 511) / 512);
-	st->st_mtime = st->st_ctime = st->st_atime = (time_t)a->mtime;
-}
-
-static void reply_ov_entry(fuse_req_t req, struct fs *fs,
-			   const struct ov_attr *a)
-{
-	struct fuse_entry_param e = { 0 };
-
-	e.ino = ov_ino(a->node);
-	e.generation = 1;
-	e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
-	ov_fill_stat(a, &e.attr);
-	if (fuse_reply_entry(req, &e) != 0)
-		overlay_forget(fs->ov, a->node, 1);
-}
-
-/* Logs a failed writable-mode operation with its cause; replies errno. */
-static void reply_ov_error(fuse_req_t req, const GError *error,
-			   const char *what, const char *name)
-{
-	int code = bfs_error_errno(error);
-
-	if (code != ENOENT && code != EEXIST && code != ENOTEMPTY) {
-		g_autofree char *n = log_escape(name, -1);
-
-		log_error(LOG_LEVEL_ERR, error, "%s '%s'", what, n);
-	}
-	fuse_reply_err(req, code);
-}
-
-/* -- generations -------------------------------------------------------- */
-
-static void gen_free(void *p)
-{
-	struct gen *g = p;
-
-	index_unref(g->idx);
-	g_free(g);
-}
-
-/* Drops an old generation nobody looks at any more.  Under fs->lock. */
-static void gen_maybe_drop(struct fs *fs, struct gen *g)
-{
-	if (g != fs->current && g->lookups == 0)
-		g_hash_table_remove(fs->gens, &g->number);
-}
-
-/*
- * The entry of @key (prefix included; directories end with '/') in @idx,
- * found by walking its components from the root.
- */
-static gboolean find_key(struct index *idx, const char *key, index_id *out)
-{
-	const char *p = key + strlen(index_prefix(idx));
-	index_id cur = INDEX_ROOT;
-
-	if (strncmp(key, index_prefix(idx), strlen(index_prefix(idx))) != 0)
-		return FALSE;
-	while (*p) {
-		const char *slash = strchr(p, '/');
-		gsize len = slash ? (gsize)(slash - p) : strlen(p);
-
-		if (!index_lookup(idx, cur, p, len, &cur))
-			return FALSE;
-		p += len + (slash ? 1 : 0);
-	}
-	*out = cur;
-	return TRUE;
-}
-
-/*
- * The index and entry behind @ino, with a reference on the index (unref
- * it); NULL for a node id that names no live generation.  A node of an
- * older index is answered from the current one when its key is still
- * there, so a SIGHUP refresh reaches names the kernel already knows.
- */
-static struct index *resolve(struct fs *fs, fuse_ino_t ino, index_id *id)
-{
-	guint64 number = ino >> GEN_SHIFT;
-	struct index *idx = NULL, *cur = NULL;
-	g_autofree char *key = NULL;
-	struct gen *g;
-
-	g_mutex_lock(&fs->lock);
-	if (ino == FUSE_ROOT_ID) {
-		g = fs->current;
-		*id = INDEX_ROOT;
-	} else {
-		g = g_hash_table_lookup(fs->gens, &number);
-		*id = ino & ID_MASK;
-	}
-	if (g)
-		idx = index_ref(g->idx);
-	if (g && g != fs->current)
-		cur = index_ref(fs->current->idx);
-	g_mutex_unlock(&fs->lock);
-	if (!cur)
-		return idx;
-	key = index_key(idx, *id);
-	if (key && find_key(cur, key, id)) {
-		index_unref(idx);
-		return cur;
-	}
-	index_unref(cur);
-	return idx;
-}
-
-/*
- * Whether the kernel's caches for @ino can be trusted: its node belongs to
- * the current index.
- */
-static gboolean is_current(struct fs *fs, fuse_ino_t ino)
-{
-	gboolean cur;
-
-	if (ino == FUSE_ROOT_ID)
-		return TRUE;
-	g_mutex_lock(&fs->lock);
-	cur = (ino >> GEN_SHIFT) == fs->current->number;
-	g_mutex_unlock(&fs->lock);
-	return cur;
-}
-
-/* The node id of entry @id of @idx, counting one kernel lookup. */
-static fuse_ino_t node_for(struct fs *fs, struct index *idx, index_id id)
-{
-	GHashTableIter it;
-	struct gen *g = NULL, *x;
-
-	if (id == INDEX_ROOT)
-		return FUSE_ROOT_ID;
-	g_mutex_lock(&fs->lock);
-	if (fs->current->idx == idx) {
-		g = fs->current;
-	} else {
-		g_hash_table_iter_init(&it, fs->gens);
-		while (g_hash_table_iter_next(&it, NULL, (gpointer *)&x))
-			if (x->idx == idx)
-				g = x;
-	}
-	g->lookups++;
-	g_mutex_unlock(&fs->lock);
-	return (g->number << GEN_SHIFT) | id;
-}
-
-static void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n)
-{
-	guint64 number = ino >> GEN_SHIFT;
-	struct gen *g;
-
-	if (ino == FUSE_ROOT_ID)
-		return;
-	if (is_overlay(ino)) {
-		if (fs->ov)
-			overlay_forget(fs->ov, ino & ID_MASK, n);
-		return;
-	}
-	g_mutex_lock(&fs->lock);
-	g = g_hash_table_lookup(fs->gens, &number);
-	if (g) {
-		g->lookups -= MIN(n, g->lookups);
-		gen_maybe_drop(fs, g);
-	}
-	g_mutex_unlock(&fs->lock);
-}
-
-/*
- * The key of a child of directory @parent, prefix included: the
- * directory's key ("" or ending with '/') followed by @name.  NULL with
- * *@err set when @parent is gone or is not a directory.
- */
-static char *child_key(struct fs *fs, fuse_ino_t parent, const char *name,
-		       int *err)
-{
-	g_autofree char *dir = NULL;
-	index_id id;
-	struct index *idx;
-
-	*err = ENOENT;
-	if (is_overlay(parent)) {
-		struct ov_attr a;
-
-		if (!fs->ov || !overlay_getattr(fs->ov, parent & ID_MASK, &a))
-			return NULL;
-		*err = ENOTDIR;
-		if (!a.is_dir)
-			return NULL;
-		dir = overlay_key(fs->ov, parent & ID_MASK);
-		return dir ? g_strconcat(dir, "/", name, NULL) : NULL;
-	}
-	idx = resolve(fs, parent, &id);
-	if (!idx)
-		return NULL;
-	*err = ENOTDIR;
-	if (index_is_dir(idx, id))
-		dir = index_key(idx, id);
-	index_unref(idx);
-	return dir ? g_strconcat(dir, name, NULL) : NULL;
-}
-
-/* Writable mode: a name the index doesn't have, from the overlay or S3. */
-static void lookup_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
-			   const char *name)
-{
-	g_autoptr(GError) error = NULL;
-	g_autofree char *key = NULL;
-	struct ov_attr a;
-	int err;
-
-	key = child_key(fs, parent, name, &err);
-	if (!key) {
-		fuse_reply_err(req, err);
-	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
-		reply_ov_entry(req, fs, &a);
-	} else if (bfs_error_errno(error) == ENOENT) {
-		/* Not cached: another host may make the name any time. */
-		struct fuse_entry_param neg = { 0 };
-
-		fuse_reply_entry(req, &neg);
-	} else {
-		reply_ov_error(req, error, "lookup", key);
-	}
-}
-
 /* -- attributes --------------------------------------------------------- */
 
-static void fill_stat(struct index *idx, index_id id, gboolean writable,
+void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
+	       gboolean can_write)
+{
+	mode_t perm = is_dir ? fs->opts.dir_mode : fs->opts.file_mode;
+
+	st->st_uid = fs->opts.uid;
+	st->st_gid = fs->opts.gid;
+	st->st_mode = (is_dir ? S_IFDIR : S_IFREG) |
+		      (can_write ? perm : perm & ~(mode_t)0222);
+}
+
+static void fill_stat(struct fs *fs, struct index *idx, index_id id,
 		      struct stat *st)
 {
 	struct index_attr a;
@@ -321,9 +38,9 @@ static void fill_stat(struct index *idx, index_id id, gboolean writable,
 	index_get_attr(idx, id, &a);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a.ino;
-	/* In writable mode, directories take new names (overlay.h). */
-	st->st_mode =
-		a.is_dir ? S_IFDIR | (writable ? 0777 : 0555) : S_IFREG | 0444;
+	/* In writable mode, directories take new names (overlay.h); indexed
+	 * objects stay read-only. */
+	fill_mode(fs, st, a.is_dir, a.is_dir && fs->ov);
 	st->st_nlink = a.is_dir ? 2 : 1;
 	st->st_size = (off_t)a.size;
 	st->st_blksize = BLOCK;
@@ -340,7 +57,7 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
-	fill_stat(idx, id, fs->ov != NULL, &e.attr);
+	fill_stat(fs, idx, id, &e.attr);
 	if (fuse_reply_entry(req, &e) != 0)
 		forget_one(fs, e.ino, 1);
 }
@@ -356,12 +73,15 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 		return;
 	}
 	idx = resolve(fs, parent, &dir);
-	if (!idx) {
+	if (!idx && !empty_dir_key(fs, parent)) {
 		fuse_reply_err(req, ESTALE);
 		return;
 	}
-	if (index_lookup(idx, dir, name, strlen(name), &child)) {
+	if (idx && index_lookup(idx, dir, name, strlen(name), &child)) {
 		reply_entry(req, fs, idx, child);
+	} else if (fs->ed &&
+		   empty_dir_lookup(req, fs, idx, dir, parent, name)) {
+		/* A directory of -o empty_dirs= the index lacks: replied. */
 	} else if (fs->ov) {
 		lookup_overlay(req, fs, parent, name);
 	} else {
@@ -409,16 +129,17 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 			fuse_reply_err(req, ENOENT);
 			return;
 		}
-		ov_fill_stat(&a, &st);
+		ov_fill_stat(fs, &a, &st);
 		fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
 		return;
 	}
 	idx = resolve(fs, ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_getattr(req, fs, ino))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
-	fill_stat(idx, id, fs->ov != NULL, &st);
+	fill_stat(fs, idx, id, &st);
 	fuse_reply_attr(req, &st, fs->opts.entry_timeout);
 	index_unref(idx);
 }
@@ -445,7 +166,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		if (!empty_dir_opendir(req, data(req), ino, fi))
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (!index_is_dir(idx, id)) {
@@ -469,17 +191,9 @@ static ino_t dir_ino(struct index *idx, index_id id)
 	return a.ino;
 }
 
-/* A readdir reply being filled. */
-struct dirbuf {
-	fuse_req_t req;
-	gboolean plus;
-	char *buf;
-	size_t size, used;
-};
-
 /* Adds one entry followed by offset @next; FALSE when it doesn't fit. */
-static gboolean dirbuf_add(struct dirbuf *db, const char *name,
-			   const struct fuse_entry_param *e, off_t next)
+gboolean dirbuf_add(struct dirbuf *db, const char *name,
+		    const struct fuse_entry_param *e, off_t next)
 {
 	size_t n, room = db->size - db->used;
 
@@ -494,8 +208,7 @@ static gboolean dirbuf_add(struct dirbuf *db, const char *name,
 }
 
 /* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
-static gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self,
-			    ino_t parent)
+gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent)
 {
 	for (; *off < 2; (*off)++) {
 		struct fuse_entry_param e = { 0 };
@@ -506,49 +219,6 @@ static gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self,
 			return FALSE;
 	}
 	return TRUE;
-}
-
-/*
- * Writable mode: the overlay's names in directory @dir_key, after the
- * indexed ones (those win a clash), at offsets OVERLAY_DIROFF + i + 1.
- * readdirplus hands no lookup for them (node id 0): the kernel looks
- * them up when used.
- */
-static void dirbuf_overlay(struct dirbuf *db, struct fs *fs, off_t off,
-			   const char *dir_key, struct index *idx, index_id dir)
-{
-	g_autoptr(GPtrArray) kids = overlay_children(fs->ov, dir_key);
-	guint64 i = (guint64)off > OVERLAY_DIROFF ? off - OVERLAY_DIROFF : 0;
-	index_id shadow;
-
-	for (; i < kids->len; i++) {
-		const struct ov_dirent *d = kids->pdata[i];
-		struct fuse_entry_param e = { 0 };
-
-		if (idx &&
-		    index_lookup(idx, dir, d->name, strlen(d->name), &shadow))
-			continue;
-		ov_fill_stat(&d->attr, &e.attr);
-		if (!dirbuf_add(db, d->name, &e, OVERLAY_DIROFF + i + 1))
-			return;
-	}
-}
-
-static void readdir_overlay(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
-			    off_t off)
-{
-	g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
-	g_autofree char *dir_key = NULL;
-	struct ov_attr a;
-
-	if (!key || !overlay_getattr(fs->ov, ino & ID_MASK, &a)) {
-		fuse_reply_err(db->req, ENOENT);
-		return;
-	}
-	dir_key = g_strconcat(key, "/", NULL);
-	if (dirbuf_dots(db, &off, a.ino, FUSE_ROOT_ID))
-		dirbuf_overlay(db, fs, off, dir_key, NULL, 0);
-	fuse_reply_buf(db->req, db->buf, db->used);
 }
 
 /*
@@ -573,13 +243,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	idx = resolve(fs, ino, &dir);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		readdir_empty_dir(&db, fs, ino, off); /* or ESTALE */
 		return;
 	}
 	full = !dirbuf_dots(&db, &off, dir_ino(idx, dir),
 			    dir_ino(idx, index_parent(idx, dir)));
 	pos = (guint64)off - 2;
-	while (!full && (guint64)off < OVERLAY_DIROFF &&
+	while (!full && (guint64)off < EMPTY_DIROFF &&
 	       index_child_at(idx, dir, pos, &child, &next)) {
 		struct fuse_entry_param e = { 0 };
 		const char *name = index_name(idx, child, NULL);
@@ -587,7 +257,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		pos = next;
 		if (!name)
 			continue;
-		fill_stat(idx, child, fs->ov != NULL, &e.attr);
+		fill_stat(fs, idx, child, &e.attr);
 		if (plus) {
 			/* readdirplus hands the kernel a lookup: count it
 			 * only if the entry fits. */
@@ -600,10 +270,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		if (full && plus)
 			forget_one(fs, e.ino, 1);
 	}
-	if (!full && fs->ov) {
+	if (!full && (fs->ov || fs->ed)) {
 		g_autofree char *dir_key = index_key(idx, dir);
 
-		if (dir_key)
+		if (dir_key && fs->ed)
+			full = !dirbuf_empty_dirs(&db, fs, off, dir_key, idx,
+						  dir);
+		if (dir_key && !full && fs->ov)
 			dirbuf_overlay(&db, fs, off, dir_key, idx, dir);
 	}
 	fuse_reply_buf(req, buf, db.used);
@@ -625,37 +298,6 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 }
 
 /* -- files -------------------------------------------------------------- */
-
-/* A new open file, counted so that fs_stop() can close what the kernel
- * never released. */
-static struct handle *handle_new(struct fs *fs, char *key)
-{
-	struct handle *h = g_new0(struct handle, 1);
-
-	h->key = key;
-	g_mutex_lock(&fs->lock);
-	g_hash_table_add(fs->handles, h);
-	g_mutex_unlock(&fs->lock);
-	return h;
-}
-
-static void handle_destroy(struct handle *h)
-{
-	if (h->of)
-		overlay_release(h->of);
-	else if (h->rf)
-		readahead_release(h->rf);
-	g_free(h->key);
-	g_free(h);
-}
-
-static void handle_free(struct fs *fs, struct handle *h)
-{
-	g_mutex_lock(&fs->lock);
-	g_hash_table_remove(fs->handles, h);
-	g_mutex_unlock(&fs->lock);
-	handle_destroy(h);
-}
 
 /* Announces file @id of @idx to the readahead engine. */
 static void announce(struct fs *fs, struct index *idx, index_id id)
@@ -720,56 +362,6 @@ static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 	default:
 		return size <= readahead_whole_max(fs->ra);
 	}
-}
-
-/* A handle on an overlay file: always direct, always flushed at close. */
-static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
-			  const char *key, struct fuse_file_info *fi,
-			  const struct ov_attr *created)
-{
-	struct handle *h = handle_new(fs, g_strdup(key));
-
-	h->of = of;
-	fi->fh = (uint64_t)(uintptr_t)h;
-	fi->direct_io = 1;
-	fi->keep_cache = 0;
-	if (created) {
-		struct fuse_entry_param e = { 0 };
-
-		e.ino = ov_ino(created->node);
-		e.generation = 1;
-		e.attr_timeout = e.entry_timeout = OVERLAY_TIMEOUT;
-		ov_fill_stat(created, &e.attr);
-		if (fuse_reply_create(req, &e, fi) != 0) {
-			/* creat() failed for the caller: nothing to upload. */
-			overlay_discard(h->of);
-			h->of = NULL;
-			overlay_forget(fs->ov, created->node, 1);
-			handle_free(fs, h);
-		}
-	} else if (fuse_reply_open(req, fi) != 0) {
-		handle_free(fs, h);
-	}
-}
-
-static void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
-			 struct fuse_file_info *fi)
-{
-	g_autoptr(GError) error = NULL;
-	g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
-	gboolean wr = (fi->flags & O_ACCMODE) != O_RDONLY;
-	struct ov_file *of;
-
-	if (!key) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	of = overlay_open(fs->ov, ino & ID_MASK, wr, !!(fi->flags & O_TRUNC),
-			  &error);
-	if (!of)
-		reply_ov_error(req, error, "open", key);
-	else
-		reply_ov_open(req, fs, of, key, fi, NULL);
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -907,37 +499,6 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	/* Before the read starts: it may end (and free @rc) at once. */
 	fuse_req_interrupt_func(req, read_interrupted, rc);
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
-}
-
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf,
-		     size_t size, off_t off, struct fuse_file_info *fi)
-{
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-	g_autoptr(GError) error = NULL;
-
-	(void)ino;
-	if (!h->of)
-		fuse_reply_err(req, EROFS);
-	else if (off < 0)
-		fuse_reply_err(req, EINVAL);
-	else if (!overlay_write(h->of, (guint64)off, buf, size, &error))
-		reply_ov_error(req, error, "write", h->key);
-	else
-		fuse_reply_write(req, size);
-}
-
-/* close(): a written overlay file is uploaded here, so close() says how
- * the upload went. */
-static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
-{
-	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
-	g_autoptr(GError) error = NULL;
-
-	(void)ino;
-	if (h->of && !overlay_flush(h->of, &error))
-		reply_ov_error(req, error, "close", h->key);
-	else
-		fuse_reply_err(req, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino,
@@ -1113,7 +674,9 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		/* A declared directory has no object: no user.s3.*. */
+		fuse_reply_err(req, empty_dir_key(data(req), ino) ? ENODATA
+								  : ESTALE);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_STATS))
@@ -1138,7 +701,11 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	}
 	idx = resolve(data(req), ino, &id);
 	if (!idx) {
-		fuse_reply_err(req, ESTALE);
+		/* A declared directory has no object: no user.s3.*. */
+		if (empty_dir_key(data(req), ino))
+			reply_sized(req, "", 0, size);
+		else
+			fuse_reply_err(req, ESTALE);
 		return;
 	}
 	if (ino == FUSE_ROOT_ID)
@@ -1159,200 +726,6 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_read = 1u << 20;
 	conn->max_readahead = 1u << 20;
-}
-
-/*
- * Writes.  A read-only mount (the default) answers EROFS to all of them.
- * In writable mode (overlay.h) names the index doesn't have can be made,
- * written and removed; indexed objects stay read-only; rename and link
- * answer EXDEV, so mv copies and a hard link is refused as if across
- * filesystems.
- */
-
-/* Whether @parent's @name is in the index: such names stay read-only. */
-static gboolean indexed(struct fs *fs, fuse_ino_t parent, const char *name)
-{
-	index_id dir, child;
-	struct index *idx;
-	gboolean found;
-
-	if (is_overlay(parent))
-		return FALSE;
-	idx = resolve(fs, parent, &dir);
-	if (!idx)
-		return FALSE;
-	found = index_lookup(idx, dir, name, strlen(name), &child);
-	index_unref(idx);
-	return found;
-}
-
-static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr,
-		       int to_set, struct fuse_file_info *fi)
-{
-	struct fs *fs = data(req);
-	g_autoptr(GError) error = NULL;
-	struct ov_attr a;
-	struct stat st;
-
-	(void)fi;
-	if (!fs->ov || !is_overlay(ino)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	/* Modes, owners and times are not stored: accepted, unchanged. */
-	if ((to_set & FUSE_SET_ATTR_SIZE) &&
-	    !overlay_truncate(fs->ov, ino & ID_MASK, (guint64)attr->st_size,
-			      &error)) {
-		g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
-
-		reply_ov_error(req, error, "truncate", key ? key : "?");
-		return;
-	}
-	if (!overlay_getattr(fs->ov, ino & ID_MASK, &a)) {
-		fuse_reply_err(req, ENOENT);
-		return;
-	}
-	ov_fill_stat(&a, &st);
-	fuse_reply_attr(req, &st, OVERLAY_TIMEOUT);
-}
-
-/*
- * The key of a new name @name in @parent, or NULL after replying why not:
- * EROFS on a read-only mount, EEXIST for an indexed name.
- */
-static char *new_name_key(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
-			  const char *name)
-{
-	char *key;
-	int err;
-
-	if (!fs->ov) {
-		fuse_reply_err(req, EROFS);
-		return NULL;
-	}
-	if (indexed(fs, parent, name)) {
-		fuse_reply_err(req, EEXIST);
-		return NULL;
-	}
-	key = child_key(fs, parent, name, &err);
-	if (!key)
-		fuse_reply_err(req, err);
-	return key;
-}
-
-static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      mode_t mode, struct fuse_file_info *fi)
-{
-	struct fs *fs = data(req);
-	g_autoptr(GError) error = NULL;
-	g_autofree char *key = new_name_key(req, fs, parent, name);
-	struct ov_file *of;
-	struct ov_attr a;
-
-	(void)mode;
-	if (!key)
-		return;
-	if (!overlay_create(fs->ov, key, &a, &of, &error))
-		reply_ov_error(req, error, "create", key);
-	else
-		reply_ov_open(req, fs, of, key, fi, &a);
-}
-
-static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode)
-{
-	struct fs *fs = data(req);
-	g_autoptr(GError) error = NULL;
-	g_autofree char *key = new_name_key(req, fs, parent, name);
-	struct ov_attr a;
-
-	(void)mode;
-	if (!key) {
-		return;
-	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
-		overlay_forget(fs->ov, a.node, 1);
-		fuse_reply_err(req, EEXIST);
-	} else if (bfs_error_errno(error) != ENOENT) {
-		reply_ov_error(req, error, "mkdir", key);
-	} else {
-		g_clear_error(&error);
-		if (overlay_mkdir(fs->ov, key, &a, &error))
-			reply_ov_entry(req, fs, &a);
-		else
-			reply_ov_error(req, error, "mkdir", key);
-	}
-}
-
-static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
-			gboolean is_dir)
-{
-	struct fs *fs = data(req);
-	g_autoptr(GError) error = NULL;
-	g_autofree char *key = NULL;
-	gboolean ok;
-	int err;
-
-	if (!fs->ov || indexed(fs, parent, name)) {
-		fuse_reply_err(req, EROFS);
-		return;
-	}
-	key = child_key(fs, parent, name, &err);
-	if (!key) {
-		fuse_reply_err(req, err);
-		return;
-	}
-	ok = is_dir ? overlay_rmdir(fs->ov, key, &error)
-		    : overlay_unlink(fs->ov, key, &error);
-	if (ok)
-		fuse_reply_err(req, 0);
-	else
-		reply_ov_error(req, error, is_dir ? "rmdir" : "unlink", key);
-}
-
-static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	remove_name(req, parent, name, FALSE);
-}
-
-static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
-{
-	remove_name(req, parent, name, TRUE);
-}
-
-static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name,
-		     mode_t mode, dev_t rdev)
-{
-	(void)parent, (void)name, (void)mode, (void)rdev;
-	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
-}
-
-static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
-		      fuse_ino_t newparent, const char *newname,
-		      unsigned int flags)
-{
-	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
-	fuse_reply_err(req, data(req)->ov ? EXDEV : EROFS);
-}
-
-/* Hard links never: EXDEV, what benchmark tools expect of object stores. */
-static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent,
-		    const char *newname)
-{
-	(void)ino, (void)newparent, (void)newname;
-	fuse_reply_err(req, EXDEV);
-}
-
-static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
-		       const char *name)
-{
-	(void)link, (void)parent, (void)name;
-	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
-}
-
-static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
-{
-	(void)ino, (void)name;
-	fuse_reply_err(req, EROFS);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {
@@ -1385,40 +758,8 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.removexattr = op_removexattr,
 };
 
-/* -- lifecycle ---------------------------------------------------------- */
-
-static struct gen *gen_new(struct fs *fs, struct index *idx)
-{
-	struct gen *g = g_new0(struct gen, 1);
-
-	g->number = ++fs->next_gen;
-	g->idx = index_ref(idx);
-	g_hash_table_insert(fs->gens, &g->number, g);
-	return g;
-}
-
-struct fs *fs_new(const struct fs_options *opts)
-{
-	struct fs *fs = g_new0(struct fs, 1);
-
-	fs->opts = *opts;
-	g_mutex_init(&fs->lock);
-	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
-					 gen_free);
-	fs->handles = g_hash_table_new(NULL, NULL);
-	return fs;
-}
-
-void fs_set_s3(struct fs *fs, struct s3 *s3)
-{
-	fs->s3 = s3;
-	fs->ra = readahead_new(s3, &fs->opts.readahead);
-	if (fs->opts.writable)
-		fs->ov = overlay_new(s3, fs->opts.write_max);
-}
-
 /* One syslog line per endpoint, and one for readahead, at unmount. */
-static void log_summary(struct fs *fs)
+void log_summary(struct fs *fs)
 {
 	struct http *http = s3_get_http(fs->s3);
 	guint n = http_endpoint_count(http), i;
@@ -1448,83 +789,4 @@ static void log_summary(struct fs *fs)
 		" announced files read before their prefetch",
 		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
 		rs.prefetch_hits, rs.prefetch_wasted, rs.prefetch_late);
-}
-
-void fs_set_session(struct fs *fs, struct fuse_session *se)
-{
-	fs->se = se;
-}
-
-void fs_stop(struct fs *fs)
-{
-	GList *open, *l;
-
-	if (!fs->s3 || fs->stopped)
-		return;
-	fs->stopped = TRUE;
-	g_mutex_lock(&fs->lock);
-	open = g_hash_table_get_keys(fs->handles);
-	g_mutex_unlock(&fs->lock);
-	/* Written files still open are uploaded now, or logged as lost. */
-	for (l = open; l; l = l->next) {
-		struct handle *h = l->data;
-
-		if (h->of) {
-			overlay_release(h->of);
-			h->of = NULL;
-		}
-	}
-	g_list_free(open);
-	log_summary(fs);
-	/* Reads in flight are answered (cancelled) while the kernel still
-	 * listens, and the background threads' requests fail at once. */
-	s3_shutdown(fs->s3);
-}
-
-void fs_free(struct fs *fs)
-{
-	GHashTableIter it;
-	struct handle *h;
-
-	if (!fs)
-		return;
-	fs_stop(fs);
-	/* The files the kernel never released. */
-	g_hash_table_iter_init(&it, fs->handles);
-	while (g_hash_table_iter_next(&it, (gpointer *)&h, NULL))
-		handle_destroy(h);
-	g_hash_table_unref(fs->handles);
-	overlay_free(fs->ov);
-	s3_free(fs->s3);
-	readahead_free(fs->ra);
-	g_hash_table_unref(fs->gens);
-	g_mutex_clear(&fs->lock);
-	g_free(fs);
-}
-
-void fs_switch_index(struct fs *fs, struct index *idx)
-{
-	struct gen *old;
-
-	g_mutex_lock(&fs->lock);
-	old = fs->current;
-	fs->current = gen_new(fs, idx);
-	if (old)
-		gen_maybe_drop(fs, old);
-	g_mutex_unlock(&fs->lock);
-	/* The root's cached listing and attributes are stale now; other
-	 * nodes answer from the new index (see resolve()) and drop their
-	 * page caches at the next open. */
-	if (fs->se)
-		fuse_lowlevel_notify_inval_inode(fs->se, FUSE_ROOT_ID, 0, 0);
-}
-
-struct index *fs_current_index(struct fs *fs)
-{
-	struct index *idx;
-
-	g_mutex_lock(&fs->lock);
-	idx = index_ref(fs->current->idx);
-	g_mutex_unlock(&fs->lock);
-	return idx;
 }

@@ -16,6 +16,11 @@
  *
  * Lock order: fs->lock is a leaf; it is never held across a request or a
  * FUSE reply.
+ *
+ * Implemented by fs.c (the struct's life, generations, node ids, open
+ * handles), ops.c (the read path, metadata and the op table),
+ * overlay_ops.c (writable mode) and emptydir_ops.c (-o empty_dirs=);
+ * fs_internal.h is what they share.
  */
 #ifndef BUCKETFS_FS_OPS_H
 #define BUCKETFS_FS_OPS_H
@@ -23,6 +28,7 @@
 #include <fuse_lowlevel.h>
 #include <glib.h>
 
+#include "emptydirs.h"
 #include "index.h"
 #include "readahead.h"
 #include "s3.h"
@@ -42,6 +48,14 @@ struct fs_options {
 	enum fs_direct_io direct_io;
 	gboolean writable; /* names beyond the index: see overlay.h */
 	guint64 write_max; /* writable mode's largest file; 0 = default */
+	/*
+	 * Every file's and directory's owner, and their permission bits
+	 * (0 to 0777).  Write bits are shown only where a write can work:
+	 * none on a read-only mount, none on indexed files; the kernel
+	 * checks them (default_permissions).
+	 */
+	guint32 uid, gid;
+	guint32 file_mode, dir_mode;
 	struct ra_options readahead;
 };
 
@@ -55,6 +69,12 @@ struct fs *fs_new(const struct fs_options *opts);
 
 /* Attaches @s3 (the fs takes ownership).  Before the session loop runs. */
 void fs_set_s3(struct fs *fs, struct s3 *s3);
+
+/*
+ * The directories of -o empty_dirs= (the fs takes @d), shown wherever the
+ * index lacks them (emptydirs.h).  Before the first fs_switch_index().
+ */
+void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d);
 
 /* The session, for cache invalidations.  Before the loop runs. */
 void fs_set_session(struct fs *fs, struct fuse_session *se);

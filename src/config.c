@@ -8,6 +8,7 @@
 #include "config.h"
 #include "credentials.h"
 #include "error.h"
+#include "index.h"
 #include "log.h"
 
 #define DEFAULT_REGION	    "us-east-1"
@@ -439,6 +440,92 @@ static gboolean opt_rw(struct config *cfg, const char *name, const char *value,
 	return TRUE;
 }
 
+/*
+ * One path of empty_dirs=: relative to the mount's root, one trailing '/'
+ * allowed, every component one the index could show (index.h).  Returns
+ * the path without the '/', or NULL with @error naming @value and why.
+ */
+static char *empty_dir_check(const char *name, const char *value,
+			     const char *path, gsize len, GError **error)
+{
+	g_autofree char *shown = g_strndup(path, len);
+	const char *p = path, *end;
+	guint depth = 0;
+
+	if (len > 1 && path[len - 1] == '/')
+		len--;
+	end = path + len;
+	if (len == 0) {
+		bad_value(error, name, value, "has an empty path");
+		return NULL;
+	}
+	if (path[0] == '/') {
+		bad_value(error, name, shown,
+			  "is absolute: paths are relative to the mount's "
+			  "root");
+		return NULL;
+	}
+	for (; p <= end; depth++) {
+		const char *slash = memchr(p, '/', end - p);
+		gsize n = slash ? (gsize)(slash - p) : (gsize)(end - p);
+		const char *why = NULL;
+
+		switch (index_component_check(p, n)) {
+		case INDEX_COMPONENT_EMPTY:
+			why = "has an empty component ('a//b')";
+			break;
+		case INDEX_COMPONENT_DOT:
+			why = "has a '.' or '..' component";
+			break;
+		case INDEX_COMPONENT_LONG:
+			why = "has a component over 255 bytes";
+			break;
+		default:
+			break;
+		}
+		if (why) {
+			bad_value(error, name, shown, why);
+			return NULL;
+		}
+		p += n + 1;
+	}
+	if (depth > INDEX_DEPTH_MAX || len >= PREFIX_MAX) {
+		bad_value(error, name, shown, "is too long for an S3 key");
+		return NULL;
+	}
+	return g_strndup(path, len);
+}
+
+/* empty_dirs=PATH[:PATH...]: adds to those given before; all or none. */
+static gboolean opt_empty_dirs(struct config *cfg, const char *name,
+			       const char *value, GError **error)
+{
+	g_autoptr(GPtrArray) add = g_ptr_array_new_with_free_func(g_free);
+	const char *p = value;
+	guint i;
+
+	for (;;) {
+		const char *colon = strchr(p, ':');
+		gsize len = colon ? (gsize)(colon - p) : strlen(p);
+		char *path = empty_dir_check(name, value, p, len, error);
+
+		if (!path)
+			return FALSE;
+		g_ptr_array_add(add, path);
+		if (!colon)
+			break;
+		p = colon + 1;
+	}
+	for (i = 0; i < add->len; i++) {
+		const char *path = g_ptr_array_index(add, i);
+
+		if (!g_ptr_array_find_with_equal_func(cfg->empty_dirs, path,
+						      g_str_equal, NULL))
+			g_ptr_array_add(cfg->empty_dirs, g_strdup(path));
+	}
+	return TRUE;
+}
+
 static gboolean opt_config(struct config *cfg, const char *name,
 			   const char *value, GError **error)
 {
@@ -465,6 +552,7 @@ static const struct option_def option_defs[] = {
 	{ "ro", NULL, opt_ro },
 	{ "rw", NULL, opt_rw },
 	{ "config", "PATH", opt_config },
+	{ "empty_dirs", "PATH[:PATH...]", opt_empty_dirs },
 };
 
 static const struct option_def *option_find(const char *name)
@@ -681,7 +769,8 @@ static const char *const mount_keys[] = {
 	"entry_timeout", "free_space",	       "list_workers", "index_max_age",
 	"index_url",	 "index_url_fallback", "whole_max",    "window_max",
 	"memory_max",	 "prefetch_depth",     "direct_io",    "write_max",
-	"writable?",	 "allow_other?",       NULL,
+	"writable?",	 "allow_other?",       "uid",	       "gid",
+	"file_mode",	 "dir_mode",	       NULL,
 };
 
 const char *const *config_mount_keys(void)
@@ -1484,6 +1573,7 @@ void config_init(struct config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->prefix = g_strdup("");
 	cfg->endpoints = g_ptr_array_new_with_free_func(g_free);
+	cfg->empty_dirs = g_ptr_array_new_with_free_func(g_free);
 	cfg->addressing = ADDRESSING_AUTO;
 	cfg->connect_timeout = 10;
 	cfg->stall_timeout = 30;
@@ -1502,6 +1592,8 @@ void config_clear(struct config *cfg)
 	g_free(cfg->prefix);
 	if (cfg->endpoints)
 		g_ptr_array_unref(cfg->endpoints);
+	if (cfg->empty_dirs)
+		g_ptr_array_unref(cfg->empty_dirs);
 	g_free(cfg->region);
 	g_free(cfg->ca_file);
 	g_free(cfg->index_path);
@@ -1678,6 +1770,11 @@ static const char config_help[] =
 "                          else /etc/bucketfs/bucketfs.conf and\n"
 "                          ~/.config/bucketfs/bucketfs.conf; see\n"
 "                          bucketfs.conf(5))\n"
+"    empty_dirs=PATH[:PATH...]\n"
+"                          directories to show even where the bucket\n"
+"                          has no key below them (S3 cannot hold an\n"
+"                          empty directory), e.g. valid:test for DLIO;\n"
+"                          relative to the root; repeatable\n"
 "\n"
 "Credentials come from $AWS_ACCESS_KEY_ID and $AWS_SECRET_ACCESS_KEY\n"
 "(and $AWS_SESSION_TOKEN), else from the profile in ~/.aws/credentials\n"

@@ -110,6 +110,12 @@ struct config {
 	 */
 	GPtrArray *endpoints;
 	char *region;
+	/*
+	 * Of char *: -o empty_dirs= (repeatable, ':'-separated): directories
+	 * relative to the prefix, without a trailing '/', each component a
+	 * name the index can show, no duplicates, in the order given.
+	 */
+	GPtrArray *empty_dirs;
 	enum addressing addressing;
 	char *ca_file;	  /* NULL = the system's default */
 	char *index_path; /* NULL = the default location */

@@ -2,35 +2,65 @@
 /*
  * lister.c - parallel listing into an index.
  *
- * A range is (after, upto]: the keys k with after < k <= upto in byte
- * order; after NULL means from the start of the prefix, upto NULL to its
- * end.  Boundaries are probe strings, not keys, so every key falls in
- * exactly one range, and the ranges, fed to the writer in order, give the
- * keys in listing order.
+ * A range is (after, upto]: what ListObjectsV2 gives with start-after =
+ * after, up to and including upto (NULL: from the start of the prefix, to
+ * its end).  The listing starts as one range, listed in sequence.  Only
+ * once it has run to SPLIT_AFTER_PAGES pages is it worth cutting: then an
+ * idle worker cuts the widest range still being listed at a probe key (a
+ * ListObjectsV2 with max-keys=1), and lists the upper part itself.  Probes
+ * are paid for by the pages: at most one per PROBE_SHARE pages listed, so
+ * they add at most 1/PROBE_SHARE to the requests of a sequential listing,
+ * and a bucket of a few thousand keys is listed in sequence, with none.
+ *
+ * Every string sent as start-after is valid UTF-8 without control
+ * characters: some servers copy it into the response unescaped (Ceph RGW
+ * does, even under encoding-type=url), and a byte that is not XML there
+ * makes every answer unparseable.  Cuts are listed keys where those are
+ * clean, or such strings between two keys.  A probe that fails, or whose
+ * answer does not parse, is not retried: the ranges stay as they are, one
+ * notice says why, and the listing goes on.
+ *
+ * Servers that do not list in byte order (s3rver compares UTF-16 code
+ * units) are met by the spools: a range that got a key out of order is
+ * sorted (src/spool), all ranges are merged, and duplicate keys dropped.
+ * A range that ends at a listed key stops when it sees that key, whatever
+ * the order; one whose end went by out of order reads on to the end, and
+ * the merge drops what two ranges both listed.
  *
  * Lock order: job->lock only; it is never held across a request.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "error.h"
 #include "lister.h"
 #include "log.h"
+#include "keyspace.h"
+#include "spool.h"
 
-#define MAX_WORKERS	 32
-#define PROBES_PER_SPLIT 24
-#define TICK_US		 (500 * 1000)
-#define PROBE_PAGES	 8
+#define MAX_WORKERS	  32
+#define SPLIT_AFTER_PAGES 20 /* a listing this long is worth cutting */
+#define PROBE_SHARE	  20 /* pages listed per probe allowed (5%) */
+#define CUT_PROBES	  8  /* probes spent looking for one cut */
+#define PROBE_PAGES	  8  /* empty truncated pages a probe follows */
+#define TICK_US		  (500 * 1000)
+#define SORT_MEMORY	  (64u << 20)
 
 struct range {
-	char *after;   /* exclusive start, NULL = the prefix's start */
-	char *upto;    /* inclusive end, NULL = the prefix's end */
-	FILE *spool;   /* records of the keys found (unlinked file) */
-	gboolean done; /* protected by job->lock */
-	GError *error; /* protected by job->lock */
+	char *after; /* exclusive start, NULL = the prefix's start; fixed */
+	char *upto;  /* protected by job->lock: inclusive end, NULL = end */
+	gboolean upto_listed; /* protected by job->lock: upto is a key the
+			       * server listed, so stop on seeing it */
+	char *pos;   /* protected by job->lock: the last key of the latest
+		      * page, NULL before the first */
+	char *bound; /* protected by job->lock: above every key of an open
+		      * range, once a probe showed it; NULL unknown */
+	gboolean started, done; /* protected by job->lock */
+	GError *error;		/* protected by job->lock */
+	/* The range's own worker's until done, then the feeder's: */
+	struct spool *spool;
+	gboolean sorted; /* keys came in strictly increasing byte order */
 };
 
 struct job {
@@ -39,305 +69,293 @@ struct job {
 	char *spool_dir;
 	char *base; /* the index file's name */
 	guint page_size;
-	GPtrArray *ranges; /* of struct range *, fixed once workers run */
+	guint workers;
 
 	GMutex lock;
 	GCond cond;
-	guint next;	 /* protected by lock: next range to list */
-	gboolean failed; /* protected by lock */
-	gsize keys;	 /* atomic */
-	gint pages;	 /* atomic */
+	GPtrArray *ranges;  /* protected by lock: of struct range *, in key
+			     * order; grows by cuts after unfinished ranges */
+	gboolean failed;    /* protected by lock */
+	gboolean splitting; /* protected by lock: one cut at a time */
+	gboolean no_split;  /* protected by lock: a probe failed */
+	guint retry_at;	    /* protected by lock: pages before the next try */
+	guint pages;	    /* protected by lock */
+	guint probes;	    /* protected by lock */
+	char *first_key;    /* protected by lock: of the whole listing */
+	char *disorder;	    /* protected by lock: the first pair out of
+			     * order, for the notice */
+	gsize keys;	    /* atomic */
 };
 
 static void range_free(void *p)
 {
 	struct range *r = p;
 
-	if (r->spool)
-		fclose(r->spool);
+	spool_free(r->spool);
 	g_clear_error(&r->error);
 	g_free(r->after);
 	g_free(r->upto);
+	g_free(r->pos);
+	g_free(r->bound);
 	g_free(r);
 }
 
-static struct range *range_new(const char *after, const char *upto)
+static struct range *range_new(const char *after, const char *upto,
+			       gboolean upto_listed)
 {
 	struct range *r = g_new0(struct range, 1);
 
 	r->after = g_strdup(after);
 	r->upto = g_strdup(upto);
+	r->upto_listed = upto_listed;
+	r->sorted = TRUE;
 	return r;
 }
 
-/*
- * An unlinked temporary file beside the index (not /tmp: often RAM).  On a
- * filesystem without O_TMPFILE, a named one unlinked at once; a crash in
- * between leaves ".NAME.spool-XXXXXX", which index_writer_new() removes.
- */
-static FILE *spool_open(struct job *job, GError **error)
-{
-	int fd = open(job->spool_dir, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
-	FILE *f;
-
-	if (fd < 0 &&
-	    (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
-		g_autofree char *tmpl = g_strdup_printf(
-			"%s/.%s.spool-XXXXXX", job->spool_dir, job->base);
-
-		fd = g_mkstemp_full(tmpl, O_RDWR | O_CLOEXEC, 0600);
-		if (fd >= 0 && unlink(tmpl) < 0 && errno != ENOENT) {
-			int e = errno;
-
-			close(fd);
-			errno = e;
-			fd = -1;
-		}
-	}
-	if (fd < 0) {
-		int e = errno;
-
-		g_set_error(error, BFS_ERROR, e, "temporary file in %s: %s",
-			    job->spool_dir, g_strerror(e));
-		return NULL;
-	}
-	f = fdopen(fd, "w+");
-	if (!f) {
-		int e = errno;
-
-		close(fd);
-		g_set_error(error, BFS_ERROR, e, "fdopen: %s", g_strerror(e));
-	}
-	return f;
-}
-
-/* -- spool records: u32 keylen, key, u64 size, i64 mtime, u32 etaglen, etag */
-
-static gboolean spool_put(FILE *f, const struct s3_object *o)
-{
-	guint32 kl = strlen(o->key), el = o->etag ? strlen(o->etag) : 0;
-	guint64 size = o->size;
-	gint64 mtime = o->mtime;
-
-	return fwrite(&kl, 4, 1, f) == 1 && fwrite(o->key, 1, kl, f) == kl &&
-	       fwrite(&size, 8, 1, f) == 1 && fwrite(&mtime, 8, 1, f) == 1 &&
-	       fwrite(&el, 4, 1, f) == 1 &&
-	       (el == 0 || fwrite(o->etag, 1, el, f) == el);
-}
-
-/* Reads one record; FALSE at the end.  Strings are reused buffers. */
-static gboolean spool_get(FILE *f, GString *key, guint64 *size, gint64 *mtime,
-			  GString *etag)
-{
-	guint32 kl, el;
-
-	if (fread(&kl, 4, 1, f) != 1)
-		return FALSE;
-	g_string_set_size(key, kl);
-	g_string_set_size(etag, 0);
-	if (fread(key->str, 1, kl, f) != kl || fread(size, 8, 1, f) != 1 ||
-	    fread(mtime, 8, 1, f) != 1 || fread(&el, 4, 1, f) != 1)
-		return FALSE;
-	g_string_set_size(etag, el);
-	return el == 0 || fread(etag->str, 1, el, f) == el;
-}
-
-/* -- splitting ---------------------------------------------------------- */
+/* -- probing ------------------------------------------------------------ */
 
 /*
- * A string strictly between @lo and @hi in byte order (@hi NULL: the end of
- * the key space), or NULL when there is no room in the 8 bytes after their
- * common prefix: that prefix, then the mean of those 8 bytes of each read
- * as big-endian numbers (lo padded with 0x00, an open hi with 0xff).
+ * The first key after @after under the prefix, into *@key (NULL when there
+ * is none).  An empty page that is still truncated is legal S3: follow its
+ * token, a few pages at most.  An answer that does not parse is not
+ * retried: a probe only guides a cut.  Takes one probe of the budget per
+ * request.
  */
-static char *midpoint(const char *lo, const char *hi)
-{
-	gsize n = 0, llen = strlen(lo), hlen = hi ? strlen(hi) : 0, i;
-	guint64 a = 0, b = 0, m;
-	GString *s;
-
-	while (hi && n < llen && n < hlen && lo[n] == hi[n])
-		n++;
-	for (i = n; i < n + 8; i++) {
-		a = (a << 8) | (i < llen ? (guchar)lo[i] : 0);
-		b = (b << 8) | (!hi ? 0xff : i < hlen ? (guchar)hi[i] : 0);
-	}
-	if (b <= a + 1)
-		return NULL;
-	m = a + (b - a) / 2;
-	s = g_string_new_len(lo, n);
-	/* Trailing zero bytes are dropped; a zero byte inside becomes 1
-	 * (keys hold no NUL), which only moves the midpoint up a little. */
-	for (i = 0; i < 8 && (m << (8 * i)) != 0; i++) {
-		guchar c = (m >> (56 - 8 * i)) & 0xff;
-
-		g_string_append_c(s, c ? (char)c : 1);
-	}
-	if (strcmp(s->str, lo) <= 0 || (hi && strcmp(s->str, hi) >= 0)) {
-		g_string_free(s, TRUE);
-		return NULL;
-	}
-	return g_string_free(s, FALSE);
-}
-
-/*
- * The first key after @after under the prefix, or NULL (none, or error).
- * An empty page that is still truncated is legal S3: follow its token, a
- * few pages at most (a probe only guides the cut, it never decides what
- * is listed, so giving up early costs balance, not keys).
- */
-static char *probe(struct job *job, const char *after, GError **error)
+static gboolean probe(struct job *job, const char *after, char **key,
+		      GError **error)
 {
 	struct s3_list_args a = {
 		.prefix = job->prefix,
 		.start_after = after,
 		.max_keys = 1,
 		.endpoint = -1,
+		.probe = TRUE,
 	};
 	g_autofree char *token = NULL;
 	guint i;
 
+	*key = NULL;
 	for (i = 0; i < PROBE_PAGES; i++) {
 		g_autoptr(s3_list_page) page = NULL;
-		struct s3_object *o;
 
 		a.continuation_token = token;
+		g_mutex_lock(&job->lock);
+		job->probes++;
+		g_mutex_unlock(&job->lock);
 		page = s3_list(job->s3, &a, NULL, error);
 		if (!page)
-			return NULL;
+			return FALSE;
 		if (page->objects->len) {
-			o = g_ptr_array_index(page->objects, 0);
-			return g_strdup(o->key);
+			struct s3_object *o =
+				g_ptr_array_index(page->objects, 0);
+
+			*key = g_strdup(o->key);
+			return TRUE;
 		}
 		if (!page->is_truncated || !page->next_continuation_token ||
 		    g_strcmp0(token, page->next_continuation_token) == 0)
-			return NULL;
+			return TRUE;
 		g_free(token);
 		token = g_strdup(page->next_continuation_token);
-	}
-	return NULL;
-}
-
-/* The smallest string above every string that starts with @p[0..@n). */
-static char *prefix_successor(const char *p, gsize n)
-{
-	while (n > 0 && (guchar)p[n - 1] == 0xff)
-		n--;
-	if (!n)
-		return NULL;
-	{
-		char *s = g_strndup(p, n);
-
-		s[n - 1] = (char)((guchar)s[n - 1] + 1);
-		return s;
-	}
-}
-
-/*
- * An upper bound for an open-ended range (after, end] whose first key is
- * @first: the successor of the longest prefix of @first that every key of
- * the range shares (found by bisecting on its length, a probe per step),
- * or NULL when they share nothing.  Without it the midpoints start at the
- * top of the key space and 24 probes never get down to where keys like
- * "train/img_0001" and "train/img_9999" differ.
- */
-static char *open_bound(struct job *job, const char *first, GError **error)
-{
-	gsize lo = 0, hi = strlen(first) + 1;
-
-	while (hi - lo > 1) {
-		gsize mid = lo + (hi - lo) / 2;
-		g_autofree char *succ = prefix_successor(first, mid);
-		g_autofree char *k = NULL;
-
-		if (succ)
-			k = probe(job, succ, error);
-		if (error && *error)
-			return NULL;
-		if (succ && !k)
-			lo = mid; /* nothing beyond: all share first[0..mid) */
-		else
-			hi = mid;
-	}
-	return lo ? prefix_successor(first, lo) : NULL;
-}
-
-/*
- * Cuts (r->after, r->upto] in two non-empty halves at a probe string.
- * Returns the cut, or NULL when the range is too small or too dense to cut
- * (or a probe failed, @error set).
- */
-static char *find_cut(struct job *job, const struct range *r, GError **error)
-{
-	g_autofree char *first = probe(job, r->after, error);
-	g_autofree char *hi = NULL;
-	guint i;
-
-	if (!first || (r->upto && strcmp(first, r->upto) > 0))
-		return NULL;
-	hi = r->upto ? g_strdup(r->upto) : open_bound(job, first, error);
-	if (error && *error)
-		return NULL;
-	for (i = 0; i < PROBES_PER_SPLIT; i++) {
-		g_autofree char *mid = midpoint(first, hi);
-		g_autofree char *k = NULL;
-
-		if (!mid)
-			return NULL;
-		k = probe(job, mid, error);
-		if (!k && error && *error)
-			return NULL;
-		if (k && (!r->upto || strcmp(k, r->upto) <= 0))
-			return g_steal_pointer(&mid);
-		/* Nothing between mid and the end: look lower. */
-		g_free(hi);
-		hi = g_steal_pointer(&mid);
-	}
-	return NULL;
-}
-
-/*
- * Splits the ranges after the first (plan() has listed that one already)
- * until there are @want or none can be cut.
- */
-static gboolean split_ranges(struct job *job, guint want, GError **error)
-{
-	guint i = job->ranges->len - 1;
-
-	g_assert(i >= 1);
-
-	while (job->ranges->len < want && i < job->ranges->len) {
-		struct range *r = g_ptr_array_index(job->ranges, i);
-		g_autofree char *cut = find_cut(job, r, error);
-
-		if (!cut) {
-			if (error && *error)
-				return FALSE;
-			i++; /* this one stays whole; try the next */
-			continue;
-		}
-		g_ptr_array_insert(job->ranges, i + 1, range_new(cut, r->upto));
-		g_free(r->upto);
-		r->upto = g_steal_pointer(&cut);
-		/* Halve the two halves in turn: breadth first. */
-		if (i + 2 >= job->ranges->len)
-			i = 1;
-		else
-			i += 2;
 	}
 	return TRUE;
 }
 
-/* -- listing a range ---------------------------------------------------- */
-
-static gboolean spool_error(GError **error)
+/* Whether the budget allows another probe.  Under job->lock. */
+static gboolean probe_allowed(const struct job *job)
 {
-	int e = errno ? errno : EIO;
-
-	g_set_error(error, BFS_ERROR, e, "writing the listing spool: %s",
-		    g_strerror(e));
-	return FALSE;
+	return job->pages >= SPLIT_AFTER_PAGES &&
+	       job->probes < job->pages / PROBE_SHARE;
 }
+
+static gboolean may_probe(struct job *job)
+{
+	gboolean ok;
+
+	g_mutex_lock(&job->lock);
+	ok = probe_allowed(job);
+	g_mutex_unlock(&job->lock);
+	return ok;
+}
+
+/*
+ * Looks for a cut of the range from @lo (a key it has listed, or its
+ * start) to @hi (its end or bound; NULL: open and unbounded).  An open
+ * range gallops first: the keys after the successor of what @lo shares
+ * with the listing's first key @first are far ahead, and the first of
+ * them is a cut; when there are none, that successor bounds the range.
+ * Between bounds, midpoints are probed until one finds a key below @hi.
+ * Returns the cut (*@listed: it is a key), or NULL (none found, budget
+ * spent, or a probe failed with @error set).  *@bound gets a bound found.
+ */
+static char *find_cut(struct job *job, const char *lo, const char *hi,
+		      gboolean open, const char *first, gboolean *listed,
+		      char **bound, GError **error)
+{
+	g_autofree char *top = g_strdup(hi);
+	guint i;
+
+	*listed = FALSE;
+	if (open && !top) {
+		g_autofree char *k = NULL;
+		g_autofree char *succ = keyspace_successor(
+			lo, MAX(keyspace_common_prefix(first, lo), 1));
+
+		if (!succ || !may_probe(job) || !probe(job, succ, &k, error))
+			return NULL;
+		if (k) {
+			*listed = keyspace_clean(k);
+			return *listed ? g_steal_pointer(&k)
+				       : g_steal_pointer(&succ);
+		}
+		*bound = g_strdup(succ);
+		top = g_steal_pointer(&succ);
+	}
+	for (i = 0; top && i < CUT_PROBES && may_probe(job); i++) {
+		g_autofree char *mid = keyspace_between(lo, top);
+		g_autofree char *k = NULL;
+
+		if (!mid || !probe(job, mid, &k, error))
+			return NULL;
+		if (k && (open || strcmp(k, top) < 0)) {
+			if (keyspace_clean(k)) {
+				*listed = TRUE;
+				return g_steal_pointer(&k);
+			}
+			return g_steal_pointer(&mid);
+		}
+		/* Nothing between mid and the end: look lower. */
+		g_free(top);
+		top = g_steal_pointer(&mid);
+		if (open) {
+			g_free(*bound);
+			*bound = g_strdup(top);
+		}
+	}
+	return NULL;
+}
+
+/*
+ * How wide the rest of @r is, for choosing what to cut: the fewer code
+ * points its two ends share, the wider.  Under job->lock.
+ */
+static glong range_width(const struct range *r)
+{
+	const char *lo = r->pos ? r->pos : r->after;
+	const char *hi = r->upto ? r->upto : r->bound;
+
+	if (!lo)
+		return -1; /* nothing listed yet: nothing to aim at */
+	if (!hi)
+		return G_MAXLONG;
+	return G_MAXLONG / 2 - keyspace_common_prefix(lo, hi);
+}
+
+/* The unfinished range most worth cutting, or -1.  Under job->lock. */
+static gint widest(struct job *job)
+{
+	glong best = 0;
+	gint at = -1;
+	guint i;
+
+	for (i = 0; i < job->ranges->len; i++) {
+		struct range *r = g_ptr_array_index(job->ranges, i);
+		glong w;
+
+		if (!r->started || r->done)
+			continue;
+		w = range_width(r);
+		if (w > best) {
+			best = w;
+			at = i;
+		}
+	}
+	return at;
+}
+
+static void split_failed(struct job *job, GError *error)
+{
+	g_autofree char *p = log_escape(job->prefix, -1);
+
+	job->no_split = TRUE;
+	log_error(LOG_LEVEL_WARNING, error,
+		  "listing s3://%s/%s: no more parallel ranges (the %u ranges "
+		  "so far are listed whole, in sequence)",
+		  s3_bucket(job->s3), p, job->ranges->len);
+}
+
+/* Cuts range @at at @cut.  Under job->lock. */
+static void apply_cut(struct job *job, guint at, char *cut, gboolean listed)
+{
+	struct range *r = g_ptr_array_index(job->ranges, at);
+	const char *lo = r->pos ? r->pos : r->after;
+	struct range *upper;
+
+	if (r->done || (lo && strcmp(cut, lo) <= 0) ||
+	    (r->upto && strcmp(cut, r->upto) >= 0)) {
+		g_free(cut); /* the range's worker got there first */
+		return;
+	}
+	upper = range_new(cut, r->upto, r->upto_listed);
+	upper->bound = g_steal_pointer(&r->bound);
+	g_ptr_array_insert(job->ranges, at + 1, upper);
+	g_free(r->upto);
+	r->upto = cut;
+	r->upto_listed = listed;
+}
+
+/*
+ * Tries one cut of the widest unfinished range.  Called and returns with
+ * job->lock held; drops it while probing.
+ */
+static void try_split(struct job *job)
+{
+	gint at = widest(job);
+	struct range *r;
+	g_autofree char *lo = NULL;
+	g_autofree char *hi = NULL;
+	g_autofree char *first = NULL;
+	char *bound = NULL;
+	GError *error = NULL;
+	gboolean open, listed;
+	char *cut;
+
+	job->retry_at = job->pages + PROBE_SHARE;
+	if (at < 0)
+		return;
+	r = g_ptr_array_index(job->ranges, at);
+	lo = g_strdup(r->pos ? r->pos : r->after);
+	hi = g_strdup(r->upto ? r->upto : r->bound);
+	open = !r->upto;
+	first = g_strdup(job->first_key ? job->first_key : lo);
+	if (!keyspace_clean(lo) || (hi && !keyspace_clean(hi)))
+		return;
+	job->splitting = TRUE;
+	g_mutex_unlock(&job->lock);
+	cut = find_cut(job, lo, hi, open, first, &listed, &bound, &error);
+	g_mutex_lock(&job->lock);
+	job->splitting = FALSE;
+	/* The array may have grown meanwhile, but only after unfinished
+	 * ranges, and r is one: find it again. */
+	at = -1;
+	for (guint i = 0; i < job->ranges->len; i++)
+		if (g_ptr_array_index(job->ranges, i) == r)
+			at = i;
+	if (bound && !r->upto && !r->bound)
+		r->bound = g_steal_pointer(&bound);
+	g_free(bound);
+	if (error) {
+		split_failed(job, error);
+		g_error_free(error);
+	}
+	if (cut && at >= 0)
+		apply_cut(job, at, cut, listed);
+	else
+		g_free(cut);
+	g_cond_broadcast(&job->cond);
+}
+
+/* -- listing a range ---------------------------------------------------- */
 
 /*
  * Whether the truncated @page's token may be followed: it must exist and
@@ -364,6 +382,106 @@ static gboolean next_token_ok(GHashTable *seen, const s3_list_page *page,
 	return FALSE;
 }
 
+/* Notes the first pair of keys out of order.  Under job->lock. */
+static void note_disorder(struct job *job, const char *prev, const char *key)
+{
+	g_autofree char *a = NULL;
+	g_autofree char *b = NULL;
+
+	if (job->disorder)
+		return;
+	a = log_escape(prev, -1);
+	b = log_escape(key, -1);
+	job->disorder =
+		g_strdup_printf("'%s' %s '%s'", a,
+				strcmp(prev, key) ? "before" : "twice, as", b);
+}
+
+/* Whether a key of @page after index @i is at or below @upto. */
+static gboolean comes_back(const s3_list_page *page, guint i, const char *upto)
+{
+	for (i++; i < page->objects->len; i++) {
+		struct s3_object *o = g_ptr_array_index(page->objects, i);
+
+		if (strcmp(o->key, upto) <= 0)
+			return TRUE;
+	}
+	return FALSE;
+}
+
+/*
+ * Spools the keys of @page that belong to @r, whose end was @upto
+ * (@listed: a key) when the page came.  Returns FALSE with *@stop when the
+ * range is complete, or on a spool error with @error set.
+ */
+static gboolean spool_page(struct job *job, struct range *r,
+			   const s3_list_page *page, const char *upto,
+			   gboolean listed, GString *prev, gboolean *stop,
+			   GError **error)
+{
+	guint i;
+
+	for (i = 0; i < page->objects->len; i++) {
+		struct s3_object *o = g_ptr_array_index(page->objects, i);
+		int c = upto ? strcmp(o->key, upto) : -1;
+
+		/* Past the end, unless the server lists out of order and the
+		 * end (a key) may still come. */
+		if (c > 0 && (!listed || !comes_back(page, i, upto)) &&
+		    r->sorted) {
+			*stop = TRUE;
+			return TRUE;
+		}
+		if (prev->len && strcmp(o->key, prev->str) <= 0) {
+			r->sorted = FALSE;
+			g_mutex_lock(&job->lock);
+			note_disorder(job, prev->str, o->key);
+			g_mutex_unlock(&job->lock);
+		}
+		g_string_assign(prev, o->key);
+		if (!spool_put(r->spool, o->key, o->size, o->mtime, o->etag,
+			       error))
+			return FALSE;
+		g_atomic_pointer_add(&job->keys, 1);
+		if (c == 0) {
+			*stop = TRUE;
+			return TRUE;
+		}
+	}
+	return TRUE;
+}
+
+/*
+ * Takes what a new page tells: the range's position, the listing's first
+ * key, the page count; returns the range's end as it is now (*@listed:
+ * a key).
+ */
+static char *page_arrived(struct job *job, struct range *r,
+			  const s3_list_page *page, gboolean *listed)
+{
+	char *upto;
+
+	g_mutex_lock(&job->lock);
+	job->pages++;
+	if (page->objects->len) {
+		struct s3_object *last = g_ptr_array_index(
+			page->objects, page->objects->len - 1);
+		struct s3_object *first = g_ptr_array_index(page->objects, 0);
+
+		if (!r->pos || strcmp(last->key, r->pos) > 0) {
+			g_free(r->pos);
+			r->pos = g_strdup(last->key);
+		}
+		if (!r->after && !job->first_key)
+			job->first_key = g_strdup(first->key);
+	}
+	upto = g_strdup(r->upto);
+	*listed = r->upto_listed;
+	g_cond_broadcast(&job->cond);
+	g_mutex_unlock(&job->lock);
+	return upto;
+}
+
 static gboolean list_range(struct job *job, struct range *r, GError **error)
 {
 	struct s3_list_args a = {
@@ -374,31 +492,25 @@ static gboolean list_range(struct job *job, struct range *r, GError **error)
 	};
 	g_autoptr(GHashTable) seen =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	g_autoptr(GString) prev = g_string_new(NULL);
 	g_autofree char *token = NULL;
 
-	r->spool = spool_open(job, error);
+	r->spool = spool_new(job->spool_dir, job->base, error);
 	if (!r->spool)
 		return FALSE;
 	for (;;) {
 		g_autoptr(s3_list_page) page = NULL;
-		guint i;
+		g_autofree char *upto = NULL;
+		gboolean listed, stop = FALSE;
 
 		a.continuation_token = token;
 		page = s3_list(job->s3, &a, NULL, error);
 		if (!page)
 			return FALSE;
-		g_atomic_int_add(&job->pages, 1);
-		for (i = 0; i < page->objects->len; i++) {
-			struct s3_object *o =
-				g_ptr_array_index(page->objects, i);
-
-			if (r->upto && strcmp(o->key, r->upto) > 0)
-				return TRUE;
-			if (!spool_put(r->spool, o))
-				return spool_error(error);
-		}
-		g_atomic_pointer_add(&job->keys, page->objects->len);
-		if (!page->is_truncated)
+		upto = page_arrived(job, r, page, &listed);
+		if (!spool_page(job, r, page, upto, listed, prev, &stop, error))
+			return FALSE;
+		if (stop || !page->is_truncated)
 			return TRUE;
 		if (!next_token_ok(seen, page, error))
 			return FALSE;
@@ -407,32 +519,63 @@ static gboolean list_range(struct job *job, struct range *r, GError **error)
 	}
 }
 
+/* -- the workers -------------------------------------------------------- */
+
+/* A range nobody lists yet, or NULL.  Under job->lock. */
+static struct range *unstarted(struct job *job, gboolean *all_done)
+{
+	guint i;
+
+	*all_done = TRUE;
+	for (i = 0; i < job->ranges->len; i++) {
+		struct range *r = g_ptr_array_index(job->ranges, i);
+
+		if (!r->started)
+			return r;
+		if (!r->done)
+			*all_done = FALSE;
+	}
+	return NULL;
+}
+
 static gpointer worker(gpointer data)
 {
 	struct job *job = data;
 
+	g_mutex_lock(&job->lock);
 	for (;;) {
+		gboolean all_done;
 		struct range *r;
 		GError *error = NULL;
 		gboolean ok;
 
-		g_mutex_lock(&job->lock);
-		if (job->failed || job->next >= job->ranges->len) {
+		if (job->failed)
+			break;
+		r = unstarted(job, &all_done);
+		if (r) {
+			r->started = TRUE;
 			g_mutex_unlock(&job->lock);
-			return NULL;
+			ok = list_range(job, r, &error);
+			g_mutex_lock(&job->lock);
+			r->done = TRUE;
+			r->error = error;
+			if (!ok)
+				job->failed = TRUE;
+			g_cond_broadcast(&job->cond);
+			continue;
 		}
-		r = g_ptr_array_index(job->ranges, job->next++);
-		g_mutex_unlock(&job->lock);
-
-		ok = list_range(job, r, &error);
-		g_mutex_lock(&job->lock);
-		r->done = TRUE;
-		r->error = error;
-		if (!ok)
-			job->failed = TRUE;
-		g_cond_broadcast(&job->cond);
-		g_mutex_unlock(&job->lock);
+		if (all_done)
+			break;
+		if (!job->no_split && !job->splitting &&
+		    job->pages >= job->retry_at && probe_allowed(job)) {
+			try_split(job);
+			continue;
+		}
+		g_cond_wait(&job->cond, &job->lock);
 	}
+	g_cond_broadcast(&job->cond);
+	g_mutex_unlock(&job->lock);
+	return NULL;
 }
 
 /* -- feeding the writer ------------------------------------------------- */
@@ -442,26 +585,43 @@ static void report(struct job *job, const struct lister_options *o, gint64 t0,
 {
 	struct lister_progress p = {
 		.keys = (guint64)g_atomic_pointer_get(&job->keys),
-		.pages = (guint64)g_atomic_int_get(&job->pages),
-		.ranges = job->ranges->len,
 		.elapsed = (g_get_monotonic_time() - t0) / 1e6,
 		.done = done,
 	};
 
+	g_mutex_lock(&job->lock);
+	p.pages = job->pages;
+	p.ranges = job->ranges->len;
+	g_mutex_unlock(&job->lock);
 	if (o && o->progress)
 		o->progress(&p, o->user);
 }
 
-/* Waits for range @i, reporting progress meanwhile. */
+/*
+ * Waits for range @i to be listed, reporting progress meanwhile; NULL
+ * when there is no range @i (every range is then done).  Returns it not
+ * done when the listing failed before it started.
+ */
 static struct range *wait_range(struct job *job, guint i,
 				const struct lister_options *o, gint64 t0)
 {
-	struct range *r = g_ptr_array_index(job->ranges, i);
+	struct range *r = NULL;
 
 	g_mutex_lock(&job->lock);
-	while (!r->done) {
+	for (;;) {
 		gint64 until = g_get_monotonic_time() + TICK_US;
 
+		if (i >= job->ranges->len) {
+			gboolean all_done;
+
+			if (!unstarted(job, &all_done) && all_done)
+				break;
+		} else {
+			r = g_ptr_array_index(job->ranges, i);
+			if (r->done || r->error || (job->failed && !r->started))
+				break;
+			r = NULL;
+		}
 		if (!g_cond_wait_until(&job->cond, &job->lock, until)) {
 			g_mutex_unlock(&job->lock);
 			report(job, o, t0, FALSE);
@@ -472,29 +632,87 @@ static struct range *wait_range(struct job *job, guint i,
 	return r;
 }
 
-static gboolean feed_range(struct index_writer *w, struct range *r,
-			   GError **error)
-{
-	g_autoptr(GString) key = g_string_new(NULL);
-	g_autoptr(GString) etag = g_string_new(NULL);
-	guint64 size;
-	gint64 mtime;
+struct feed {
+	struct index_writer *w;
+	GString *last;	/* the last key added */
+	guint64 dups;	/* keys listed twice, dropped */
+	gboolean clash; /* a key below the last: needs the merge */
+};
 
-	if (fflush(r->spool) != 0 || fseek(r->spool, 0, SEEK_SET) != 0) {
-		g_set_error(error, BFS_ERROR, errno, "listing spool: %s",
-			    g_strerror(errno));
-		return FALSE;
-	}
-	while (spool_get(r->spool, key, &size, &mtime, etag))
-		if (!index_writer_add(w, key->str, size, mtime,
-				      etag->len ? etag->str : NULL, error))
+static gboolean feed_one(const struct spool_rec *rec, void *user,
+			 GError **error)
+{
+	struct feed *f = user;
+
+	if (f->last->len) {
+		int c = strcmp(rec->key->str, f->last->str);
+
+		if (c == 0) {
+			f->dups++;
+			return TRUE;
+		}
+		if (c < 0) {
+			f->clash = TRUE;
 			return FALSE;
-	if (ferror(r->spool)) {
-		g_set_error(error, BFS_ERROR, EIO, "reading the listing spool");
+		}
+	}
+	g_string_assign(f->last, rec->key->str);
+	return index_writer_add(f->w, rec->key->str, rec->size, rec->mtime,
+				rec->etag->len ? rec->etag->str : NULL, error);
+}
+
+/* Feeds range @r's keys in spool order; FALSE with f->clash or @error. */
+static gboolean feed_range(struct feed *f, struct range *r, GError **error)
+{
+	struct spool_rec rec;
+	gboolean ok = TRUE;
+
+	if (!r->sorted) {
+		f->clash = TRUE;
 		return FALSE;
 	}
-	g_clear_pointer(&r->spool, fclose);
-	return TRUE;
+	spool_rec_init(&rec);
+	if (!spool_rewind(r->spool, error))
+		ok = FALSE;
+	while (ok && spool_next(r->spool, &rec, error))
+		ok = feed_one(&rec, f, error);
+	if (ok && error && *error)
+		ok = FALSE;
+	spool_rec_clear(&rec);
+	return ok;
+}
+
+/*
+ * Feeds every range through an external merge sort: ranges out of order
+ * are sorted into runs, in-order ones are runs already.
+ */
+static gboolean feed_merged(struct job *job, struct feed *f, GError **error)
+{
+	g_autoptr(GPtrArray) runs = g_ptr_array_new();
+	g_autoptr(GPtrArray) made =
+		g_ptr_array_new_with_free_func((GDestroyNotify)spool_free);
+	gboolean ok = FALSE;
+	guint i;
+
+	for (i = 0; i < job->ranges->len; i++) {
+		struct range *r = g_ptr_array_index(job->ranges, i);
+		guint from = made->len;
+
+		if (r->sorted) {
+			if (!spool_rewind(r->spool, error))
+				return FALSE;
+			g_ptr_array_add(runs, r->spool);
+			continue;
+		}
+		if (!spool_sort(r->spool, job->spool_dir, job->base,
+				SORT_MEMORY, made, error))
+			return FALSE;
+		for (; from < made->len; from++)
+			g_ptr_array_add(runs, g_ptr_array_index(made, from));
+	}
+	ok = spool_merge(runs, feed_one, f, &f->dups, error);
+	g_assert(ok || !f->clash);
+	return ok;
 }
 
 static void range_prefix_error(struct job *job, guint i, GError **error)
@@ -508,62 +726,87 @@ static void range_prefix_error(struct job *job, guint i, GError **error)
 		       a ? " (after '" : "", a ? a : "", a ? "')" : "");
 }
 
-/*
- * The first range is listed alone: a small bucket is done in one page,
- * with no probing.  A larger one is split after the last key of its first
- * non-empty page (empty pages that are still truncated are legal S3, and
- * are followed).
- */
-static gboolean plan(struct job *job, guint workers, GError **error)
+/* The endpoints, for naming the server in a notice. */
+static char *server_name(struct job *job)
 {
-	struct range *first = range_new(NULL, NULL);
-	struct s3_list_args a = {
-		.prefix = job->prefix,
-		.max_keys = job->page_size,
-		.endpoint = -1,
-	};
-	g_autoptr(GHashTable) seen =
-		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
-	g_autoptr(s3_list_page) page = NULL;
-	struct s3_object *last;
+	const char *const *e = s3_endpoints(job->s3);
+	g_autofree char *list = g_strjoinv(", ", (char **)e);
+
+	return e[0] && e[1] ? g_strdup_printf("one of %s", list)
+			    : g_steal_pointer(&list);
+}
+
+static void log_order_notice(struct job *job, const struct feed *f)
+{
+	g_autofree char *p = log_escape(job->prefix, -1);
+	g_autofree char *server = server_name(job);
+
+	if (job->disorder)
+		log_msg(LOG_LEVEL_WARNING,
+			"listing s3://%s/%s: the server (%s) lists keys out of "
+			"byte order (first: %s); they are sorted here",
+			s3_bucket(job->s3), p, server, job->disorder);
+	if (f->dups)
+		log_msg(LOG_LEVEL_WARNING,
+			"listing s3://%s/%s: %" G_GUINT64_FORMAT
+			" keys listed twice were dropped",
+			s3_bucket(job->s3), p, f->dups);
+}
+
+/* The first range that failed, into @error.  Under no lock: all done. */
+static void first_failure(struct job *job, GError **error)
+{
 	guint i;
 
-	g_ptr_array_add(job->ranges, first);
-	first->spool = spool_open(job, error);
-	if (!first->spool)
-		return FALSE;
-	for (;;) {
-		a.continuation_token =
-			page ? page->next_continuation_token : NULL;
-		{
-			s3_list_page *next = s3_list(job->s3, &a, NULL, error);
+	for (i = 0; i < job->ranges->len; i++) {
+		struct range *r = g_ptr_array_index(job->ranges, i);
 
-			g_clear_pointer(&page, s3_list_page_free);
-			page = next;
-		}
-		if (!page)
-			return FALSE;
-		g_atomic_int_add(&job->pages, 1);
-		if (page->objects->len || !page->is_truncated)
-			break;
-		if (!next_token_ok(seen, page, error))
-			return FALSE;
-	}
-	for (i = 0; i < page->objects->len; i++) {
-		if (!spool_put(first->spool,
-			       g_ptr_array_index(page->objects, i))) {
-			spool_error(error);
-			return FALSE;
+		if (r->error) {
+			g_propagate_error(error, g_steal_pointer(&r->error));
+			range_prefix_error(job, i, error);
+			return;
 		}
 	}
-	g_atomic_pointer_add(&job->keys, page->objects->len);
-	first->done = TRUE;
-	if (!page->is_truncated)
-		return TRUE;
-	last = g_ptr_array_index(page->objects, page->objects->len - 1);
-	first->upto = g_strdup(last->key);
-	g_ptr_array_add(job->ranges, range_new(last->key, NULL));
-	return split_ranges(job, 1 + workers * 2, error);
+	g_set_error(error, BFS_ERROR, EIO, "listing stopped");
+}
+
+/*
+ * Feeds ranges in order as they finish.  A range out of order, or one
+ * that overlaps the last, sets f->clash: the caller then starts over
+ * with feed_merged() once the workers are done.
+ */
+static gboolean feed_in_order(struct job *job, struct feed *f,
+			      const struct lister_options *opts, gint64 t0,
+			      GError **error)
+{
+	guint i;
+
+	for (i = 0;; i++) {
+		struct range *r = wait_range(job, i, opts, t0);
+
+		if (!r)
+			return TRUE;
+		if (!r->done || r->error)
+			return FALSE; /* the caller finds the cause */
+		if (!f->clash && !feed_range(f, r, error) && !f->clash) {
+			range_prefix_error(job, i, error);
+			return FALSE;
+		}
+	}
+}
+
+/* Starts over with a new writer, merging every range. */
+static gboolean feed_again(struct job *job, struct feed *f, const char *path,
+			   GError **error)
+{
+	index_writer_free(f->w);
+	f->w = index_writer_new(path, s3_bucket(job->s3), job->prefix, error);
+	if (!f->w)
+		return FALSE;
+	g_string_truncate(f->last, 0);
+	f->dups = 0;
+	f->clash = FALSE;
+	return feed_merged(job, f, error);
 }
 
 void lister_progress_print(const struct lister_progress *p, void *user)
@@ -580,76 +823,73 @@ void lister_progress_print(const struct lister_progress *p, void *user)
 		fputc('\n', stderr);
 }
 
+static guint default_workers(struct s3 *s3, const struct lister_options *opts)
+{
+	guint n = 0;
+
+	if (opts && opts->workers)
+		return CLAMP(opts->workers, 1, MAX_WORKERS);
+	while (s3_endpoints(s3)[n])
+		n++;
+	return CLAMP(4 * n, 1, MAX_WORKERS);
+}
+
 gboolean lister_build(struct s3 *s3, const char *prefix, const char *path,
 		      const struct lister_options *opts,
 		      struct index_stats *stats, GError **error)
 {
 	struct job job = { 0 };
-	struct index_writer *w = NULL;
+	struct feed f = { 0 };
 	g_autoptr(GPtrArray) threads = g_ptr_array_new();
 	gint64 t0 = g_get_monotonic_time();
-	guint workers = opts && opts->workers ? opts->workers : 0;
 	gboolean ok = FALSE;
 	guint i;
 
-	if (!workers) {
-		guint n = 0;
-
-		while (s3_endpoints(s3)[n])
-			n++;
-		workers = 4 * n;
-	}
-	workers = CLAMP(workers, 1, MAX_WORKERS);
 	job.s3 = s3;
 	job.prefix = prefix ? prefix : "";
 	job.page_size = opts && opts->page_size ? opts->page_size : 1000;
+	job.workers = default_workers(s3, opts);
 	job.spool_dir = g_path_get_dirname(path);
 	job.base = g_path_get_basename(path);
 	job.ranges = g_ptr_array_new_with_free_func(range_free);
+	job.retry_at = SPLIT_AFTER_PAGES;
+	g_ptr_array_add(job.ranges, range_new(NULL, NULL, FALSE));
 	g_mutex_init(&job.lock);
 	g_cond_init(&job.cond);
+	f.last = g_string_new(NULL);
 
-	w = index_writer_new(path, s3_bucket(s3), job.prefix, error);
-	if (!w)
+	f.w = index_writer_new(path, s3_bucket(s3), job.prefix, error);
+	if (!f.w)
 		goto out;
-	if (!plan(&job, workers, error)) {
-		g_autofree char *p = log_escape(job.prefix, -1);
-
-		g_prefix_error(error, "listing s3://%s/%s: ", s3_bucket(s3), p);
-		goto out;
-	}
-	job.next = 1;
-	for (i = 0; i < MIN(workers, job.ranges->len - 1); i++)
+	for (i = 0; i < job.workers; i++)
 		g_ptr_array_add(threads,
 				g_thread_new("bfs-list", worker, &job));
-	for (i = 0; i < job.ranges->len; i++) {
-		struct range *r = wait_range(&job, i, opts, t0);
-
-		if (r->error) {
-			g_propagate_error(error, g_steal_pointer(&r->error));
-			range_prefix_error(&job, i, error);
-			break;
-		}
-		if (!feed_range(w, r, error)) {
-			range_prefix_error(&job, i, error);
-			break;
-		}
-	}
-	if (i < job.ranges->len) {
-		g_mutex_lock(&job.lock);
+	ok = feed_in_order(&job, &f, opts, t0, error);
+	g_mutex_lock(&job.lock);
+	if (!ok)
 		job.failed = TRUE;
-		g_mutex_unlock(&job.lock);
-	}
+	g_cond_broadcast(&job.cond);
+	g_mutex_unlock(&job.lock);
 	for (i = 0; i < threads->len; i++)
 		g_thread_join(g_ptr_array_index(threads, i));
-	ok = !job.failed && index_writer_commit(w, stats, error);
+	if (!ok && !(error && *error))
+		first_failure(&job, error);
+	if (ok && f.clash)
+		ok = feed_again(&job, &f, path, error);
+	if (ok) {
+		log_order_notice(&job, &f);
+		ok = index_writer_commit(f.w, stats, error);
+	}
 	report(&job, opts, t0, TRUE);
 out:
-	index_writer_free(w);
+	index_writer_free(f.w);
+	g_string_free(f.last, TRUE);
 	g_ptr_array_unref(job.ranges);
 	g_mutex_clear(&job.lock);
 	g_cond_clear(&job.cond);
 	g_free(job.spool_dir);
 	g_free(job.base);
+	g_free(job.first_key);
+	g_free(job.disorder);
 	return ok;
 }

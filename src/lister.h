@@ -3,13 +3,18 @@
  * lister.h - builds the persisted index of a bucket from a parallel
  * listing.
  *
- * The key space under the prefix is cut into ranges by probing
- * (ListObjectsV2 with start-after and max-keys=1 at byte-wise midpoints),
- * which works inside one huge flat directory as well as across common
- * prefixes.  Worker threads list the ranges at once (the HTTP engine
- * spreads them over every endpoint), each streaming its keys to an
- * unlinked temporary file, and the ranges are then fed in order to an
- * index_writer: memory stays bounded whatever the number of keys.
+ * The listing starts in sequence; only a listing that has run to 20 pages
+ * is cut into ranges (at keys found by ListObjectsV2 probes with
+ * max-keys=1, or clean strings between keys: src/keyspace), which works
+ * inside one huge flat directory as well as across common prefixes.
+ * Probes cost at most one request per 20 pages listed (5%), and one that
+ * fails only stops the cutting.  Worker threads list the ranges at once
+ * (the HTTP engine spreads them over every endpoint), each streaming its
+ * keys to an unlinked temporary file (src/spool), and the ranges are then
+ * fed in order to an index_writer; keys a server lists out of byte order
+ * are sorted there and duplicates dropped, with one warning naming the
+ * first pair and the server.  Memory stays bounded whatever the number of
+ * keys.
  */
 #ifndef BUCKETFS_LISTER_H
 #define BUCKETFS_LISTER_H
@@ -52,6 +57,8 @@ struct lister_options {
  * On failure the file at @path is untouched (an old index stays) and
  * @error holds the cause chain of the first failing range ("listing
  * s3://b/p, range 3 of 16 (after 'train/img_5'): LIST ... via ...").
+ * A probe's failure is not one: it is logged (a warning) and the ranges
+ * made so far are listed whole.
  * Blocking; any thread but the HTTP event thread.
  */
 gboolean lister_build(struct s3 *s3, const char *prefix, const char *path,

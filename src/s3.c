@@ -65,6 +65,7 @@ struct call {
 	char *payload_sha256; /* CALL_PUT: of the body, hex */
 	struct s3_object_meta meta;
 	struct s3_list_page *page; /* CALL_LIST result */
+	gboolean probe;		   /* CALL_LIST: a malformed page is final */
 
 	s3_get_done_fn get_done; /* async GET */
 	void *user;
@@ -611,8 +612,10 @@ static enum http_verdict call_judge(const struct http_response *resp,
 				    perr->message, rid ? " (RequestId: " : "",
 				    rid ? rid : "", rid ? ")" : "");
 			/* A page cut short on the way is worth another try;
-			 * one that is always broken ends as EPROTO. */
-			return HTTP_VERDICT_RETRY;
+			 * one that is always broken ends as EPROTO.  A probe
+			 * only guides the lister: it gives up at once. */
+			return call->probe ? HTTP_VERDICT_FAIL
+					   : HTTP_VERDICT_RETRY;
 		}
 	}
 	return HTTP_VERDICT_DONE;
@@ -990,6 +993,7 @@ struct s3_list_page *s3_list(struct s3 *s3, const struct s3_list_args *args,
 	gboolean ok;
 
 	call->query = list_query(args);
+	call->probe = args->probe;
 	what = describe(s3, "LIST", args->prefix);
 	req = request_for(call, what, args->endpoint);
 	ok = run_sync(s3, call, req, &sync, error);

@@ -177,6 +177,8 @@ struct s3_list_args {
 	guint max_keys;		  /* 0 = server default (1000) */
 	gboolean no_url_encoding; /* don't send encoding-type=url */
 	int endpoint;		  /* pin, or -1 */
+	gboolean probe;		  /* an answer that does not parse fails at once
+				   * (EPROTO) instead of being retried */
 };
 
 /*

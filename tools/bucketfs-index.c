@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 
 #include "config.h"
+#include "emptydirs.h"
 #include "error.h"
 #include "index.h"
 #include "lister.h"
@@ -75,6 +76,55 @@ static void print_stats(const char *path, const struct index_stats *s)
 	       s->file_size, s->keys ? (double)s->file_size / s->keys : 0.0);
 }
 
+/*
+ * -o empty_dirs=: what the index does with each declared directory.  The
+ * mounts show them (emptydirs.h), so nothing is added to the index: this
+ * says which are missing from the bucket, and warns of those an object
+ * hides (on stderr, even with -q).
+ */
+static void print_empty_dirs(struct tool *t, struct index *idx)
+{
+	g_autoptr(GString) line = g_string_new(NULL);
+	struct emptydirs *d;
+	guint i;
+
+	if (!t->cfg.empty_dirs->len)
+		return;
+	d = emptydirs_new(t->cfg.prefix, t->cfg.empty_dirs);
+	for (i = 0; i < emptydirs_declared_count(d); i++) {
+		g_autofree char *object = NULL;
+		g_autofree char *p = log_escape(emptydirs_declared(d, i), -1);
+		g_autofree char *o = NULL;
+
+		g_string_append_printf(line, "%s%s", i ? ", " : "", p);
+		switch (emptydirs_state(d, i, idx, &object)) {
+		case EMPTYDIRS_SHOWN:
+			g_string_append(line, " (not in the bucket: shown "
+					      "empty by mounts with "
+					      "empty_dirs=)");
+			break;
+		case EMPTYDIRS_INDEXED:
+			g_string_append(line, " (a directory of the bucket)");
+			break;
+		case EMPTYDIRS_OBJECT:
+			o = log_escape(object, -1);
+			g_string_append_printf(line,
+					       " (hidden by the object "
+					       "s3://%s/%s)",
+					       t->cfg.bucket, o);
+			fprintf(stderr,
+				"bucketfs-index: empty_dirs: '%s' is not shown "
+				"as a directory: the object s3://%s/%s is on "
+				"its path, and objects win\n",
+				p, t->cfg.bucket, o);
+			break;
+		}
+	}
+	if (!t->quiet)
+		printf("empty dirs:   %s\n", line->str);
+	emptydirs_free(d);
+}
+
 static int cmd_build(struct tool *t)
 {
 	g_autoptr(GError) error = NULL;
@@ -105,6 +155,17 @@ static int cmd_build(struct tool *t)
 		printf("built in:     %.2f s (%.0f keys/s)\n", secs,
 		       secs > 0 ? s.keys / secs : 0);
 	}
+	if (t->cfg.empty_dirs->len) {
+		struct index *idx = index_open(t->path, t->cfg.bucket,
+					       t->cfg.prefix, &error);
+
+		if (!idx) {
+			fprintf(stderr, "bucketfs-index: %s\n", error->message);
+			return 1;
+		}
+		print_empty_dirs(t, idx);
+		index_unref(idx);
+	}
 	return 0;
 }
 
@@ -123,6 +184,7 @@ static int cmd_open(struct tool *t, gboolean verify)
 	index_get_stats(idx, &s);
 	if (!verify) {
 		print_stats(t->path, &s);
+		print_empty_dirs(t, idx);
 		index_unref(idx);
 		return 0;
 	}

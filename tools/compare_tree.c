@@ -76,6 +76,33 @@ static gboolean on_page(struct s3_list_page *page, void *user, GError **error)
 	return TRUE;
 }
 
+/*
+ * -o empty_dirs=: the mount shows each declared directory and those above
+ * it, unless an object has the name (emptydirs.h): expected too.
+ */
+static void expect_declared(struct compare *t)
+{
+	guint i;
+
+	for (i = 0; i < t->cfg.empty_dirs->len; i++) {
+		const char *path = g_ptr_array_index(t->cfg.empty_dirs, i);
+		const char *slash = path;
+
+		do {
+			g_autofree char *d = NULL;
+
+			slash = strchr(slash + 1, '/');
+			d = slash ? g_strndup(path, slash - path)
+				  : g_strdup(path);
+			if (g_hash_table_contains(t->expected_files, d))
+				break;
+			if (!g_hash_table_contains(t->expected_dirs, d))
+				g_hash_table_add(t->expected_dirs,
+						 g_steal_pointer(&d));
+		} while (slash);
+	}
+}
+
 /* What the mount must show. */
 gboolean compare_load_listing(struct compare *t, GError **error)
 {
@@ -136,6 +163,7 @@ gboolean compare_load_listing(struct compare *t, GError **error)
 				    "shadowed_by_directory");
 		}
 	}
+	expect_declared(t);
 	return TRUE;
 }
 

@@ -188,7 +188,7 @@ class WritableTest(harness.MountCase):
 
     def test_holes_large_files_and_other_users(self):
         m = self.mount("holes", "writable", "write_max=100000000",
-                       "allow_other")
+                       "allow_other", "dir_mode=0777", "file_mode=0666")
         # A write past the end leaves zeros, never old heap bytes.
         fd = os.open(m.path(".sparse"), os.O_CREAT | os.O_WRONLY, 0o644)
         os.pwrite(fd, b"end", 70_000)
@@ -202,7 +202,9 @@ class WritableTest(harness.MountCase):
         with open(m.path(".big"), "rb") as f:
             self.assertEqual(f.read(), big)
         os.unlink(m.path(".big"))
-        # With allow_other, a user other than root may make names.
+        # With allow_other and modes that let them in (by default they
+        # do not: test_ownership.py), a user other than root may make
+        # names.
         import subprocess
         nobody = ["setpriv", "--reuid=65534", "--regid=65534",
                   "--clear-groups"]

@@ -929,7 +929,8 @@ FAULT_KINDS = frozenset(("status", "delay", "stall", "reset", "truncate", "bad_l
                          "repeat_token"))
 LIST_ONLY_KINDS = frozenset(("malformed_xml", "empty_truncated", "repeat_token"))
 FAULT_FIELDS = {
-    "op": str, "bucket": str, "key_prefix": str, "key_regex": str, "probability": (int, float),
+    "op": str, "bucket": str, "key_prefix": str, "key_regex": str, "query_regex": str,
+    "probability": (int, float),
     "count": int, "skip": int, "kind": str, "status": int, "code": str, "message": str,
     "seconds": (int, float), "after_bytes": int, "delta": int, "body": str,
 }
@@ -957,6 +958,7 @@ class FaultRule:
         self.bucket = spec.get("bucket")
         self.key_prefix = spec.get("key_prefix")
         self.key_regex = re.compile(spec["key_regex"]) if "key_regex" in spec else None
+        self.query_regex = re.compile(spec["query_regex"]) if "query_regex" in spec else None
         self.probability = float(spec.get("probability", 1))
         if not 0 <= self.probability <= 1:
             raise ValueError("probability must be within [0, 1]")
@@ -986,7 +988,7 @@ class FaultRule:
         self.matched = 0
         self.hits = 0
 
-    def applies(self, op, bucket, key, ranged):
+    def applies(self, op, bucket, key, ranged, query=""):
         if self.op != "ANY" and self.op != op:
             return False
         if self.kind in LIST_ONLY_KINDS and op != "LIST":
@@ -998,6 +1000,8 @@ class FaultRule:
         if self.key_prefix is not None and not key.startswith(self.key_prefix):
             return False
         if self.key_regex is not None and not self.key_regex.search(key):
+            return False
+        if self.query_regex is not None and not self.query_regex.search(query):
             return False
         return True
 
@@ -1023,7 +1027,7 @@ class FaultTable:
         with self.lock:
             return {"seed": self.seed, "rules": [r.to_json() for r in self.rules]}
 
-    def pick(self, op, bucket, key, ranged):
+    def pick(self, op, bucket, key, ranged, query=""):
         """The rule that fires for this request, or None."""
         if not self.rules:
             return None
@@ -1031,7 +1035,7 @@ class FaultTable:
             for rule in self.rules:
                 if rule.count is not None and rule.hits >= rule.count:
                     continue
-                if not rule.applies(op, bucket, key, ranged):
+                if not rule.applies(op, bucket, key, ranged, query):
                     continue
                 rule.matched += 1
                 if rule.matched <= rule.skip:
@@ -1259,7 +1263,7 @@ class S3App:
             if ctx.op == "LIST":
                 fault_key = req.query.get("prefix", b"")
             fault = self.faults.pick(ctx.op, ctx.bucket, key_str(fault_key or b""),
-                                     "range" in req.headers)
+                                     "range" in req.headers, req.raw_query)
             if fault is not None:
                 self.stats.count_fault()
                 req.fault_label = fault.kind

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * emptydir_ops.h - the directories of -o empty_dirs= (emptydirs.h) in the
+ * FUSE tree, for the read path's operations (ops.c) to call.
+ *
+ * A declared directory the current index lacks is a node of generation
+ * EMPTY_GEN (fs_internal.h) whose low bits are its emptydirs.h node
+ * number: the set is fixed for the mount's life, so its node ids are
+ * never forgotten nor reused and need no lookup count.  It is an empty,
+ * read-only directory (write bits only in writable mode, where names can
+ * be made in it like in any other) with st_ino index_key_ino() of its key
+ * (the number it gets once S3 holds something below it), and the current
+ * index's creation time as its times.  Once an index has the directory
+ * (after a SIGHUP or index_max_age), resolve() answers its node from that
+ * index instead, so cached names keep working and show what S3 holds.
+ *
+ * Lookup order of a name in a directory: the index, then the declared
+ * directories, then (writable mode) the overlay.  An object of the index
+ * wins over a declared directory of the same name: empty_dirs_report()
+ * logs a notice for each such path every time an index is switched to.
+ *
+ * Any thread; none of this sends a request.
+ */
+#ifndef BUCKETFS_FS_EMPTYDIR_OPS_H
+#define BUCKETFS_FS_EMPTYDIR_OPS_H
+
+#include <fuse_lowlevel.h>
+
+#include "fs_internal.h"
+
+/* The key of declared directory @ino (is_empty_dir()), borrowed for the
+ * mount's life; NULL if @ino names none. */
+const char *empty_dir_key(struct fs *fs, fuse_ino_t ino);
+
+/*
+ * The ops for a node resolve() found no index entry for: each replies and
+ * returns TRUE when @ino is a declared directory; else FALSE, without
+ * replying (the node is stale).
+ */
+gboolean empty_dir_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino);
+gboolean empty_dir_opendir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			   struct fuse_file_info *fi);
+
+/*
+ * lookup of @name, which the index lacks, in directory @parent: entry
+ * @dir of @idx, or with @idx NULL a declared directory.  Replies with the
+ * entry and returns TRUE when @name is declared there; FALSE, without
+ * replying, otherwise.
+ */
+gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
+			  index_id dir, fuse_ino_t parent, const char *name);
+
+/* Whether @name in @dir_key is declared (for the writable ops: such names
+ * are not made nor removed). */
+gboolean empty_dir_declared(struct fs *fs, const char *dir_key,
+			    const char *name);
+
+/*
+ * readdir: adds to @db the declared children of @dir_key that directory
+ * @dir of @idx lacks (all of them when @idx is NULL), at offsets
+ * EMPTY_DIROFF + i + 1, from offset @off on.  FALSE when @db filled up.
+ */
+gboolean dirbuf_empty_dirs(struct dirbuf *db, struct fs *fs, off_t off,
+			   const char *dir_key, struct index *idx,
+			   index_id dir);
+
+/* readdir of declared directory @ino; replies (ESTALE if it is none). */
+void readdir_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
+		       off_t off);
+
+/* Logs a notice for each declared path that an object of @idx hides, and
+ * at debug level the others' state.  At each index switch. */
+void empty_dirs_report(struct fs *fs, struct index *idx);
+
+#endif

@@ -1,0 +1,162 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * fs_internal.h - what the files behind struct fs share, and nobody else
+ * includes: the struct itself, node ids, open handles and readdir buffers.
+ *
+ *   fs.c          the struct's life, its index generations and node ids,
+ *                 and the set of open handles;
+ *   ops.c         the read path and metadata, and the op table (fs_ops);
+ *   overlay_ops.c writable mode's operations (overlay_ops.h), and the
+ *                 EROFS/EXDEV answers of a read-only mount;
+ *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h).
+ *
+ * The public contract, the node-id scheme and the lock order are in
+ * ops.h.  Node ids of generation OVERLAY_GEN are writable mode's: their
+ * low bits are an overlay node number (overlay.h).
+ */
+#ifndef BUCKETFS_FS_FS_INTERNAL_H
+#define BUCKETFS_FS_FS_INTERNAL_H
+
+#include <fuse_lowlevel.h>
+#include <glib.h>
+
+#include "emptydirs.h"
+#include "index.h"
+#include "ops.h"
+#include "overlay.h"
+#include "readahead.h"
+#include "s3.h"
+
+#define GEN_SHIFT 40
+#define ID_MASK	  ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
+#define BLOCK	  4096
+/* Writable mode: node ids of names the index doesn't have (overlay.h),
+ * and readdir offsets of those names after a directory's indexed ones. */
+#define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
+#define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
+#define OVERLAY_TIMEOUT 1.0
+/* -o empty_dirs=: node ids of the declared directories the index lacks
+ * (low bits: an emptydirs.h node number), and their readdir offsets,
+ * after the indexed names and before the overlay's. */
+#define EMPTY_GEN    (OVERLAY_GEN - 1)
+#define EMPTY_DIROFF (G_GUINT64_CONSTANT(1) << 61)
+
+/* An index and how many kernel lookups its nodes hold. */
+struct gen {
+	guint64 number;
+	struct index *idx;
+	guint64 lookups; /* protected by fs->lock */
+};
+
+struct fs {
+	struct s3 *s3;		 /* set before the loop, then immutable */
+	struct readahead *ra;	 /* likewise */
+	struct overlay *ov;	 /* likewise; NULL unless writable */
+	struct fuse_session *se; /* likewise */
+	struct emptydirs *ed;	 /* likewise; NULL without empty_dirs */
+	struct fs_options opts;
+
+	GMutex lock;
+	struct gen *current; /* protected by lock */
+	GHashTable *gens;    /* protected by lock: number -> struct gen */
+	GHashTable *handles; /* protected by lock: open struct handle set */
+	gboolean stopped;    /* fs_stop() ran; main thread */
+	guint64 next_gen;    /* protected by lock */
+	/* Listing-order detection, protected by lock. */
+	struct index *last_idx; /* not a reference: compared only */
+	index_id last_open;
+	guint streak;
+	index_id announced_to; /* entries up to here were announced */
+};
+
+/* An open file: its key (for logs) and its readahead handle. */
+struct handle {
+	char *key;
+	struct ra_file *rf;
+	struct ov_file *of; /* instead of rf, for an overlay file */
+};
+
+/* A readdir reply being filled. */
+struct dirbuf {
+	fuse_req_t req;
+	gboolean plus;
+	char *buf;
+	size_t size, used;
+};
+
+static inline struct fs *data(fuse_req_t req)
+{
+	return fuse_req_userdata(req);
+}
+
+/* Whether @ino names an overlay node (writable mode). */
+static inline gboolean is_overlay(fuse_ino_t ino)
+{
+	return (ino >> GEN_SHIFT) == OVERLAY_GEN;
+}
+
+/* Whether @ino names a declared directory (emptydir_ops.h). */
+static inline gboolean is_empty_dir(fuse_ino_t ino)
+{
+	return (ino >> GEN_SHIFT) == EMPTY_GEN;
+}
+
+/* The node id of overlay node @node. */
+static inline fuse_ino_t ov_ino(guint64 node)
+{
+	return (OVERLAY_GEN << GEN_SHIFT) | node;
+}
+
+/* -- fs.c: generations, node ids, open handles ------------------------- */
+
+/*
+ * The index and entry behind @ino, with a reference on the index (unref
+ * it); NULL for a node id that names no live generation.  A node of an
+ * older index is answered from the current one when its key is still
+ * there, so a SIGHUP refresh reaches names the kernel already knows.
+ * Likewise a declared directory (is_empty_dir()) is answered from the
+ * current index once that has it, else NULL.  Not for overlay nodes.  Any
+ * thread.
+ */
+struct index *resolve(struct fs *fs, fuse_ino_t ino, index_id *id);
+
+/* Whether the kernel's caches for @ino can be trusted: its node belongs
+ * to the current index.  Any thread. */
+gboolean is_current(struct fs *fs, fuse_ino_t ino);
+
+/* The node id of entry @id of @idx (from resolve() or fs_current_index()),
+ * counting one kernel lookup.  Any thread. */
+fuse_ino_t node_for(struct fs *fs, struct index *idx, index_id id);
+
+/* Returns @n kernel lookups of @ino (overlay nodes included). */
+void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n);
+
+/*
+ * A new open file with key @key (taken), counted so that fs_stop() can
+ * close what the kernel never released; the caller sets rf or of.
+ * handle_free() closes it and forgets it.  Any thread.
+ */
+struct handle *handle_new(struct fs *fs, char *key);
+void handle_free(struct fs *fs, struct handle *h);
+
+/* -- ops.c ---------------------------------------------------------------- */
+
+/* Adds one entry followed by offset @next; FALSE when it doesn't fit. */
+gboolean dirbuf_add(struct dirbuf *db, const char *name,
+		    const struct fuse_entry_param *e, off_t next);
+
+/* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
+gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent);
+
+/*
+ * The owner and st_mode of a node: type, then the mount's file_mode or
+ * dir_mode, without write bits unless @can_write (a name that takes
+ * writes: see fs_options).
+ */
+void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
+	       gboolean can_write);
+
+/* One syslog line per endpoint, and one for readahead (fs_stop()). */
+void log_summary(struct fs *fs);
+
+#endif
