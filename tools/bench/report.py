@@ -112,6 +112,14 @@ def merge(results):
         for name, sec in r.get("sections", {}).items():
             if sec.get("status", "").startswith("not selected") and name in out["sections"]:
                 continue
+            old = out["sections"].get(name, {})
+            if old.get("cells") and sec.get("cells"):
+                # The latency rig's cells: those of other delays are kept (a
+                # delay's ratios come from the invocation that measured it).
+                sec = dict(sec, cells=dict(old["cells"], **sec["cells"]))
+                for k in ("latencies",):
+                    if k in sec or k in old:
+                        sec[k] = sorted(set(old.get(k, [])) | set(sec.get(k, [])))
             out["sections"][name] = sec
         out["problems"] += r.get("problems", [])
         out["datasets"].update(r.get("datasets", {}))
