@@ -435,10 +435,10 @@ class LatencyMixin:
         size = ds.total_bytes()
         sec = self.res["sections"]["fio"] = {"name": "fio", "seconds": a.fio_seconds,
                                              "cells": {}, "latencies": a.large_latency,
-                                             "jobs": [j[0] for j in self.FIO_JOBS]}
+                                             "jobs": list(a.fio_jobs)}
         for r in range(a.runs):
             sec["round"] = r
-            for name, rw, bs, jobs in self.FIO_JOBS:
+            for name, rw, bs, jobs in [j for j in self.FIO_JOBS if j[0] in a.fio_jobs]:
                 rig.warm([src])
                 for d in a.large_latency:
                     log("fio: run %d/%d: %s on bucketfs at %g ms" % (r + 1, a.runs, name, d))

@@ -936,6 +936,8 @@ def parse_args(argv):
     ap.add_argument("--tree-fanout", type=int, help="deep tree fan-out, 4 levels, 4 files per "
                     "leaf directory (default 6: 5,184 files; --quick 4: 1,024)")
     ap.add_argument("--fio-seconds", type=int, help="fio time bound (default 20; --quick 5)")
+    ap.add_argument("--fio-jobs", default=",".join(j[0] for j in latency.LatencyMixin.FIO_JOBS),
+                    metavar="JOB[,...]", help="the fio jobs to run (default all: %(default)s)")
     ap.add_argument("--failover-seconds", type=int, help="length of the endpoint-kill run "
                     "(default 45; --quick 15)")
     ap.add_argument("--concurrency", type=int, default=2048, help="concurrent readers "
@@ -1016,6 +1018,11 @@ def parse_args(argv):
         if bad:
             ap.error("%s: unknown %s (known: %s)" % (what, ", ".join(bad), ", ".join(known)))
     a.npz_files = a.npz_files or (2 if q else 8)
+    a.fio_jobs = [j for j in a.fio_jobs.split(",") if j]
+    known = [j[0] for j in latency.LatencyMixin.FIO_JOBS]
+    if not a.fio_jobs or set(a.fio_jobs) - set(known):
+        ap.error("--fio-jobs: unknown job in %s (known: %s)"
+                 % (",".join(a.fio_jobs) or "(none)", ", ".join(known)))
     if a.remote:
         if not a.endpoint or not a.bucket:
             ap.error("a real endpoint needs both --endpoint and --bucket")
@@ -1128,7 +1135,7 @@ def main(argv=None):
                                                 "tree_fanout", "fio_seconds", "failover_seconds",
                                                 "concurrency", "latency", "order", "style",
                                                 "large_latency", "part_mib", "opts",
-                                                "npz_files", "npz_procs")}
+                                                "npz_files", "npz_procs", "fio_jobs")}
     if a.remote:
         res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:
