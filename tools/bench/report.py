@@ -126,6 +126,14 @@ def merge(results):
         out["delay_endpoints"].update(r.get("delay_endpoints") or {})
         out["elapsed_s"] = out.get("elapsed_s", 0) + r.get("elapsed_s", 0)
     out["command"] = " ; ".join(r.get("command", "?") for r in results)
+    # The software: a version any invocation could read (a peer installed
+    # only for a later one is "unavailable" in the earlier ones).
+    versions = {}
+    for r in results:
+        for k, v in (r.get("machine") or {}).get("versions", {}).items():
+            if k not in versions or versions[k].startswith("unavailable"):
+                versions[k] = v
+    out["machine"] = dict(out.get("machine") or {}, versions=versions)
     return out
 
 
@@ -154,7 +162,10 @@ def render(res, out, charts=True):
       "%d runs unless a table says otherwise, with the individual runs alongside."
       % p.get("runs", 0))
     w("")
-    w("- **Command:** `%s`" % res.get("command"))
+    if len(res.get("parts", [])) > 1:
+        w("- **Commands:** %d invocations, listed below" % len(res["parts"]))
+    else:
+        w("- **Command:** `%s`" % res.get("command"))
     w("- **Date:** %s; the whole run took %d min %02d s" % (
         res.get("started"), res.get("elapsed_s", 0) // 60, res.get("elapsed_s", 0) % 60))
     w("- **Machine:** %s, %s cores (`nproc`), %.1f GiB RAM, kernel %s, %s; load average "
@@ -170,10 +181,11 @@ def render(res, out, charts=True):
           "measured within it):")
         for part in res["parts"]:
             pm = part.get("machine") or {}
-            w("  - `%s`: started %s, %d min %02d s, commit %s, CPUs %s busy before the "
-              "start; raw numbers `%s`"
+            w("  - `%s`: started %s, %d min %02d s, commit %s, load average %s and CPUs %s "
+              "busy before the start; raw numbers `%s`"
               % (part.get("command"), part.get("started"), (part.get("elapsed_s") or 0) // 60,
                  (part.get("elapsed_s") or 0) % 60, pm.get("commit"),
+                 " ".join(pm.get("loadavg_start", [])),
                  pct(pm.get("cpu_busy_start"), 1) if pm.get("cpu_busy_start") is not None
                  else "?", part.get("raw_path")))
     w("- **Datasets** (under `%s`, written once and reused):" % os.path.dirname(
