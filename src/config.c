@@ -418,6 +418,18 @@ static gboolean opt_max_connections(struct config *cfg, const char *name,
 	return TRUE;
 }
 
+static gboolean opt_event_threads(struct config *cfg, const char *name,
+				  const char *value, GError **error)
+{
+	guint64 n;
+
+	if (!parse_uint(value, 1, 64, &n))
+		return bad_value(error, name, value,
+				 "is not an integer between 1 and 64");
+	cfg->event_threads = (guint)n;
+	return TRUE;
+}
+
 static gboolean opt_ro(struct config *cfg, const char *name, const char *value,
 		       GError **error)
 {
@@ -549,6 +561,7 @@ static const struct option_def option_defs[] = {
 	{ "request_timeout", "SECONDS", opt_request_timeout },
 	{ "max_attempts", "N", opt_max_attempts },
 	{ "max_connections", "N", opt_max_connections },
+	{ "event_threads", "N", opt_event_threads },
 	{ "ro", NULL, opt_ro },
 	{ "rw", NULL, opt_rw },
 	{ "config", "PATH", opt_config },
@@ -1728,6 +1741,9 @@ char *config_describe(const struct config *cfg)
 		g_string_append_printf(
 			s, "%-17s %d (default)\n",
 			"max_connections:", CONFIG_DEFAULT_MAX_CONNECTIONS);
+	if (cfg->event_threads)
+		g_string_append_printf(s, "%-17s %u\n",
+				       "event_threads:", cfg->event_threads);
 	g_string_append_printf(s, "%-17s %s\n", "mode:",
 			       cfg->read_only ? "read-only" : "read-write");
 	describe_files(s, cfg);
@@ -1762,6 +1778,9 @@ static const char config_help[] =
 "                          86400 (default 0)\n"
 "    max_attempts=N        attempts per request, 1..100 (default 10)\n"
 "    max_connections=N     connection limit, 1..1000000 (default 64)\n"
+"    event_threads=N       HTTP event threads, each with its share of\n"
+"                          max_connections, 1..64 (default: a quarter\n"
+"                          of the cores, 1 to 16)\n"
 "    ro                    read-only (the default; rw, which mount(8)\n"
 "                          passes, is accepted and ignored: writes\n"
 "                          get EROFS)\n"

@@ -126,6 +126,8 @@ struct config {
 	double request_timeout; /* 0 = none; bound for one attempt; default 0 */
 	guint max_attempts;	/* default 10 */
 	guint max_connections;	/* 0 = derive later from RLIMIT_NOFILE */
+	guint event_threads;	/* HTTP event threads, 1..64; 0 = a quarter of
+				 * the cores, 1..16 (http.h) */
 	gboolean read_only;	/* always TRUE for now */
 	gboolean rw_ignored;	/* "rw" was given (mount(8) passes it to
 				 * every helper): still read-only; say so */

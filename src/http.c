@@ -1,12 +1,30 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http.c - libcurl multi event thread: endpoints, budget, retries, hedges.
+ * http.c - libcurl multi event threads: endpoints, budget, retries, hedges.
  *
- * Threads: http_submit() and http_queued() run anywhere and only touch
- * http->incoming and http->ready_len under http->lock; http_get_stats()
- * reads the endpoints' counters under http->stats_lock.  Everything else,
- * including every curl handle, the queues, the endpoints' health and
- * latencies, belongs to the event thread.
+ * Threads.  The engine runs event_threads event threads ("loops"), each
+ * with its own curl multi handle, and done threads (DONE_THREADS, or one
+ * per loop when there are more loops).  A loop
+ * touches only its own curl handles.  Everything the loops share is in
+ * struct http and struct endpoint and is protected by http->lock: the
+ * submission FIFO, the budget's books, each endpoint's health, latency,
+ * success record and counters, the ramp-up's tokens and the hedging
+ * state.  A loop's own queues and its requests need no lock: a request
+ * belongs to the loop that took it until done() is queued.
+ *
+ * Lock order (the one place it is written): http->lock, then the log
+ * sink's lock (ejections are logged under http->lock); http->done_lock is
+ * a leaf, never taken with http->lock held.  No callback (prepare, judge,
+ * done) is ever called with either held.
+ *
+ * The budget.  max_connections is split into slices, one per loop
+ * (loop->slots), because curl's connection cache belongs to one multi
+ * handle and cannot be shared between threads: each multi is capped at
+ * its slice of sockets (CURLMOPT_MAX_TOTAL_CONNECTIONS), so the engine as
+ * a whole never holds more than max_connections.  Admission is one FIFO:
+ * a submission goes straight to the loop with the most free slots, or,
+ * when none has one, waits in http->pending, which every loop drains from
+ * its head as its slots free up.
  *
  * A request runs in rounds (the "attempt k/N" of the cause chain); a round
  * is one attempt, or two once it is hedged.  Each attempt has its own easy
@@ -35,7 +53,9 @@
 #define TICK_US		   10000 /* the ramp-up's tick */
 #define EWMA_WEIGHT	   0.2	 /* of the newest latency */
 #define EWMA_HALF_LIFE_US  G_USEC_PER_SEC /* of a latency not renewed */
-#define DONE_THREADS	   2 /* run done(): see struct completion */
+#define DONE_THREADS	   2  /* at least, run done(): see struct completion */
+#define RECORD_LEN	   32 /* outcomes kept for the success rate */
+#define MAX_EVENT_THREADS  64
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -44,18 +64,16 @@ struct endpoint {
 	char *host;
 	char *hostport;
 
-	/* Event thread only (and the thread of http_free() after it). */
+	/* All protected by http->lock. */
 	double ewma_us;	   /* recent attempt latency, 0 = unknown */
 	gint64 ewma_at;	   /* when it was last renewed */
 	guint streak;	   /* consecutive failures */
 	gboolean probing;  /* the probe attempt is running */
 	gint64 ejected_at; /* monotonic */
 	gint64 probe_at;   /* when the cool-off ends */
-	gint64 failed_at;  /* the last failure */
-	guint sockets;	   /* open, counted by the socket callbacks */
-
-	/* Written by the event thread, protected by http->stats_lock. */
-	guint inflight;
+	guint32 record;	   /* the last outcomes, newest in bit 0: 1 = ok */
+	guint record_len;  /* <= RECORD_LEN */
+	guint inflight;	   /* attempts running there, on any loop */
 	gboolean ejected;
 	guint64 requests;
 	guint64 bytes;
@@ -68,13 +86,47 @@ struct endpoint {
 };
 
 /*
+ * One endpoint as one loop's connection cache sees it.  Loop thread only
+ * (and the thread of http_free() once the loops are gone, when curl
+ * closes the idle connections).
+ */
+struct lane {
+	guint sockets;	/* open, counted by the socket callbacks */
+	guint inflight; /* this loop's attempts running there */
+};
+
+/* An event thread and its multi handle. */
+struct loop {
+	struct http *http;
+	guint index;
+	CURLM *multi;
+	GThread *thread;
+	guint slots;	    /* its slice of max_connections; immutable */
+	struct lane *lanes; /* one per endpoint */
+
+	/* Protected by http->lock. */
+	GQueue inbox;  /* admitted here, not yet taken */
+	guint running; /* transfers running, <= slots; written by the loop */
+	guint queued;  /* inbox + ready: requests waiting for a slot here */
+
+	/* The loop's own. */
+	GQueue ready;	   /* requests waiting for a slot, FIFO */
+	GQueue waiting;	   /* requests in backoff, sorted by due_us */
+	GQueue hedge_wait; /* attempts that may be hedged, by start_us */
+	GHashTable *live;  /* every request taken and not yet done */
+	gboolean ramp_blocked;
+	gboolean hedge_blocked;
+	GRand *rand; /* backoff jitter */
+};
+
+/*
  * GLib's futex-based GMutex is invisible to ThreadSanitizer, and these
  * locks are taken by every submitting thread, so they are pthread mutexes.
  */
 struct http {
-	CURLM *multi;
-	GThread *thread;
 	GPtrArray *endpoints; /* of struct endpoint *, immutable */
+	struct loop *loops;   /* nloops of them, immutable */
+	guint nloops;
 	char *ca_file;
 	char *user_agent;
 	double connect_timeout;
@@ -89,43 +141,35 @@ struct http {
 	gint64 hedge_min_us;
 	guint ramp_per_tick;
 
-	pthread_mutex_t lock;
-	GQueue incoming;   /* protected by lock */
-	gboolean stopping; /* protected by lock */
-	gboolean closed;   /* protected by lock: submissions are cancelled */
-	guint ready_len;   /* protected by lock: the length of ready */
-
-	pthread_mutex_t stats_lock; /* the endpoints' counters */
+	pthread_mutex_t lock; /* see the top of this file */
+	GQueue pending;	      /* protected by lock: FIFO, no loop had room */
+	gboolean stopping;    /* protected by lock */
+	gboolean closed;      /* protected by lock: submissions are cancelled */
+	guint rotate; /* protected by lock: the next tie-break's start */
+	gint64 tick;  /* protected by lock: the ramp-up's current tick */
+	guint tokens; /* protected by lock: connections left this tick */
+	GRand *rand;  /* protected by lock: the ramp's jitter */
+	guint32 hedge_us[HEDGE_RING]; /* protected by lock: a ring of
+				       * hedged requests' latency */
+	guint hedge_len;	      /* protected by lock */
+	guint hedge_pos;	      /* protected by lock */
+	gint64 hedge_delay_us;	      /* protected by lock: cached */
+	gint64 hedge_due_us; /* protected by lock: when to compute it again,
+			      * 0 = not needed */
 
 	/* Finished requests wait here for a done thread. */
 	pthread_mutex_t done_lock;
 	pthread_cond_t done_cond;
 	GQueue done_queue;  /* of struct completion *; under done_lock */
 	gboolean done_stop; /* under done_lock: exit once the queue is empty */
-	pthread_t done_threads[DONE_THREADS];
+	pthread_t *done_threads; /* ndone of them, immutable */
+	guint ndone;
 	guint done_started;
-
-	/* Event thread only. */
-	GQueue ready;	   /* requests waiting for a slot, FIFO */
-	GQueue waiting;	   /* requests in backoff, sorted by due_us */
-	GQueue hedge_wait; /* attempts that may be hedged, by start_us */
-	GHashTable *live;  /* every request taken and not yet done */
-	guint running;	   /* transfers running, <= max_connections */
-	guint rotate;	   /* where the next tie-break starts */
-	gint64 tick;	   /* the ramp-up's current tick */
-	guint tokens;	   /* connections still allowed in this tick */
-	gboolean ramp_blocked;
-	gboolean hedge_blocked;
-	guint32 hedge_us[HEDGE_RING]; /* a ring of hedged requests' latency */
-	guint hedge_len;
-	guint hedge_pos;
-	gint64 hedge_delay_us; /* cached */
-	gint64 hedge_due_us;   /* when to compute it again, 0 = not needed */
-	GRand *rand;
 };
 
 struct attempt {
 	struct http *http;
+	struct loop *loop;
 	struct http_request *req;
 	struct endpoint *ep;
 	CURL *easy;
@@ -145,7 +189,7 @@ struct attempt {
 	curl_off_t moved_dl, moved_ul;
 	gboolean sent;	  /* the request is on its way */
 	gboolean stalled; /* aborted by it */
-	GList hedge_link; /* in http->hedge_wait when data is set */
+	GList hedge_link; /* in loop->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -165,8 +209,9 @@ struct http_request {
 	int pinned;	    /* endpoint index or -1 */
 	guint max_attempts; /* 0 = the engine's */
 
-	/* Event thread only, once submitted. */
-	guint attempt; /* the round */
+	/* Its loop's only, once taken (before: under http->lock). */
+	struct loop *loop; /* the one it lives on, NULL until taken */
+	guint attempt;	   /* the round */
 	gint64 start_us;
 	gint64 round_us;
 	gint64 due_us;
@@ -180,11 +225,11 @@ struct http_request {
 
 /*
  * A finished request on its way to done().  done() runs on one of the
- * DONE_THREADS, not on the event thread: what callers do with a body
+ * done threads, not on an event thread: what callers do with a body
  * (copy it into a FUSE reply, hash it, parse it) then overlaps the
  * transfers still running instead of delaying every one of them.  The
- * event thread is done with the request before it is queued; the queue's
- * lock hands it over.
+ * loop is done with the request before it is queued; the queue's lock
+ * hands it over.
  */
 struct completion {
 	struct http_request *req;
@@ -265,6 +310,11 @@ static struct endpoint *endpoint_at(struct http *http, guint i)
 	return g_ptr_array_index(http->endpoints, i);
 }
 
+static struct lane *lane_of(struct loop *l, const struct endpoint *ep)
+{
+	return &l->lanes[ep->pub.index];
+}
+
 static int u32_cmp(const void *a, const void *b)
 {
 	guint32 x = *(const guint32 *)a, y = *(const guint32 *)b;
@@ -284,7 +334,7 @@ static guint32 percentile(guint32 *v, guint n, guint pct)
 	return v[MAX(rank, 1) - 1];
 }
 
-/* -- latency and picking an endpoint ----------------------------------- */
+/* -- latency and picking an endpoint (all under http->lock) ------------- */
 
 /* The smallest latency known of any endpoint, 0 when none is known. */
 static double fastest_ewma(struct http *http)
@@ -385,20 +435,53 @@ static struct endpoint *probe_candidate(struct http *http, gint64 now)
 	return NULL;
 }
 
-/* With every endpoint ejected, requests still go out, spread this way. */
-static struct endpoint *least_recently_failed(struct http *http,
-					      const struct endpoint *avoid)
+/* Successes among the last RECORD_LEN judged attempts, per 1024. */
+static guint success_rate(const struct endpoint *ep)
 {
+	guint32 mask = ep->record_len >= RECORD_LEN
+			       ? G_MAXUINT32
+			       : (1u << ep->record_len) - 1;
+
+	if (!ep->record_len)
+		return 512; /* nothing known: a coin */
+	return (guint)__builtin_popcount(ep->record & mask) * 1024 /
+	       ep->record_len;
+}
+
+static void record_outcome(struct endpoint *ep, gboolean ok)
+{
+	ep->record = (ep->record << 1) | (ok ? 1 : 0);
+	ep->record_len = MIN(ep->record_len + 1, RECORD_LEN);
+}
+
+/*
+ * With every endpoint ejected, requests still go out, each to the one
+ * with the best recent success rate: the one that answers, rather than
+ * one that merely failed longest ago (an endpoint that refuses every
+ * connection fails fast, so it is always the one that failed longest
+ * ago).  @avoid, the endpoint that just failed this request, only
+ * breaks ties; then fewer attempts in flight; then the rotation.
+ */
+static struct endpoint *best_of_ejected(struct http *http,
+					const struct endpoint *avoid)
+{
+	guint n = http->endpoints->len;
+	guint start = http->rotate++ % n, i;
 	struct endpoint *best = NULL;
-	guint i;
+	guint best_rate = 0;
 
-	for (i = 0; i < http->endpoints->len; i++) {
-		struct endpoint *ep = endpoint_at(http, i);
+	for (i = 0; i < n; i++) {
+		struct endpoint *ep = endpoint_at(http, (start + i) % n);
+		guint rate = success_rate(ep);
 
-		if (ep == avoid && http->endpoints->len > 1)
+		if (best && rate < best_rate)
 			continue;
-		if (!best || ep->failed_at < best->failed_at)
-			best = ep;
+		if (best && rate == best_rate &&
+		    (ep == avoid ||
+		     (best != avoid && ep->inflight >= best->inflight)))
+			continue;
+		best = ep;
+		best_rate = rate;
 	}
 	return best ? best : endpoint_at(http, 0);
 }
@@ -427,27 +510,17 @@ static struct endpoint *pick_endpoint(struct http *http,
 	if (!ep)
 		ep = pick_healthy(http, NULL, now);
 	if (!ep)
-		ep = least_recently_failed(http, req->last_failed);
+		ep = best_of_ejected(http, req->last_failed);
 	return ep;
 }
 
-/* -- health ------------------------------------------------------------- */
+/* -- health (under http->lock) ------------------------------------------ */
 
 enum outcome {
 	OUTCOME_OK,	 /* a complete response below 500: it is alive */
 	OUTCOME_FAILED,	 /* a transport failure or a 5xx */
 	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
 };
-
-static void set_ejected(struct http *http, struct endpoint *ep,
-			gboolean ejected)
-{
-	pthread_mutex_lock(&http->stats_lock);
-	ep->ejected = ejected;
-	if (ejected)
-		ep->ejections++;
-	pthread_mutex_unlock(&http->stats_lock);
-}
 
 /*
  * Counts one finished attempt toward its endpoint's health.  @chain is the
@@ -458,8 +531,8 @@ static void health_note(struct http *http, struct attempt *a, enum outcome o,
 {
 	struct endpoint *ep = a->ep;
 
-	if (o == OUTCOME_FAILED)
-		ep->failed_at = now;
+	if (o != OUTCOME_NEUTRAL)
+		record_outcome(ep, o == OUTCOME_OK);
 	if (!ep->ejected) {
 		if (o == OUTCOME_OK)
 			ep->streak = 0;
@@ -467,7 +540,8 @@ static void health_note(struct http *http, struct attempt *a, enum outcome o,
 			return;
 		ep->ejected_at = now;
 		ep->probe_at = now + http->cooloff_us;
-		set_ejected(http, ep, TRUE);
+		ep->ejected = TRUE;
+		ep->ejections++;
 		log_msg(LOG_LEVEL_WARNING,
 			"endpoint %s ejected after %u consecutive failures: %s",
 			ep->url, ep->streak, chain);
@@ -484,7 +558,7 @@ static void health_note(struct http *http, struct attempt *a, enum outcome o,
 			(now - ep->ejected_at) / 1e6);
 		ep->streak = 0;
 		ep->ewma_us = 0;
-		set_ejected(http, ep, FALSE);
+		ep->ejected = FALSE;
 	} else if (o == OUTCOME_FAILED) {
 		ep->probe_at = now + http->cooloff_us;
 		if (a->probe && log_enabled(LOG_LEVEL_DEBUG))
@@ -591,7 +665,7 @@ const char *http_response_header(const struct http_response *resp,
 	return resp->headers ? g_hash_table_lookup(resp->headers, name) : NULL;
 }
 
-/* -- curl callbacks (event thread) -------------------------------------- */
+/* -- curl callbacks (the attempt's loop) -------------------------------- */
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -678,32 +752,32 @@ static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 }
 
 /*
- * Sockets are counted per endpoint to tell whether a transfer can reuse an
- * idle connection or must open one (which the ramp-up limits).  curl keeps
- * the close callback and its data with the connection, so the endpoint,
- * not the attempt, is their data.  The close may come from http_free()'s
- * thread, once the event thread is gone.
+ * Sockets are counted per loop and endpoint (a lane) to tell whether a
+ * transfer can reuse an idle connection or must open one (which the
+ * ramp-up limits).  curl keeps the close callback and its data with the
+ * connection, so the lane, not the attempt, is their data.  The close may
+ * come from http_free()'s thread, once the loops are gone.
  */
 static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose,
 				    struct curl_sockaddr *addr)
 {
-	struct endpoint *ep = clientp;
+	struct lane *lane = clientp;
 	curl_socket_t fd;
 
 	(void)purpose;
 	fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC,
 		    addr->protocol);
 	if (fd != CURL_SOCKET_BAD)
-		ep->sockets++;
+		lane->sockets++;
 	return fd;
 }
 
 static int on_close_socket(void *clientp, curl_socket_t fd)
 {
-	struct endpoint *ep = clientp;
+	struct lane *lane = clientp;
 
-	if (ep->sockets > 0)
-		ep->sockets--;
+	if (lane->sockets > 0)
+		lane->sockets--;
 	return close(fd);
 }
 
@@ -747,9 +821,10 @@ static void setopt_common(struct http *http, struct attempt *a, CURL *easy)
 	curl_easy_setopt(easy, CURLOPT_HEADERFUNCTION, on_header);
 	curl_easy_setopt(easy, CURLOPT_HEADERDATA, a);
 	curl_easy_setopt(easy, CURLOPT_OPENSOCKETFUNCTION, on_open_socket);
-	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, a->ep);
+	curl_easy_setopt(easy, CURLOPT_OPENSOCKETDATA, lane_of(a->loop, a->ep));
 	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETFUNCTION, on_close_socket);
-	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA, a->ep);
+	curl_easy_setopt(easy, CURLOPT_CLOSESOCKETDATA,
+			 lane_of(a->loop, a->ep));
 }
 
 static void setopt_method(struct http_request *req, CURL *easy)
@@ -780,7 +855,7 @@ static char *chain_prefix(const struct http_request *req,
 			       (g_get_monotonic_time() - req->start_us) / 1e6);
 }
 
-/* Lets go of @a's transfer: curl handles stay on the event thread. */
+/* Lets go of @a's transfer: curl handles stay on their loop. */
 static void attempt_drop_transfer(struct attempt *a)
 {
 	if (!a)
@@ -832,7 +907,8 @@ static void finish(struct http *http, struct http_request *req,
 {
 	struct completion *c = g_new0(struct completion, 1);
 
-	g_hash_table_remove(http->live, req);
+	if (req->loop)
+		g_hash_table_remove(req->loop->live, req);
 	attempt_drop_transfer(a);
 	attempt_drop_transfer(req->failed);
 	c->req = req;
@@ -866,14 +942,15 @@ static gboolean hedgeable(struct http *http, const struct http_request *req)
 	       http->endpoints->len > 1;
 }
 
-static struct attempt *attempt_new(struct http *http, struct http_request *req,
+static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 				   struct endpoint *ep, const char *url,
 				   GPtrArray *headers)
 {
 	struct attempt *a = g_new0(struct attempt, 1);
 	guint i;
 
-	a->http = http;
+	a->http = l->http;
+	a->loop = l;
 	a->req = req;
 	a->ep = ep;
 	a->moved_us = g_get_monotonic_time();
@@ -890,50 +967,78 @@ static struct attempt *attempt_new(struct http *http, struct http_request *req,
 		attempt_free(a);
 		return NULL;
 	}
-	setopt_common(http, a, a->easy);
+	setopt_common(l->http, a, a->easy);
 	setopt_method(req, a->easy);
 	curl_easy_setopt(a->easy, CURLOPT_URL, url);
 	curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, a->req_headers);
 	return a;
 }
 
-static void attempt_register(struct http *http, struct attempt *a)
-{
-	struct http_request *req = a->req;
-	struct endpoint *ep = a->ep;
+/*
+ * An attempt booked before prepare() runs (without the lock), so that
+ * nothing else takes its slot, its probe or its ramp token meanwhile.
+ */
+struct booking {
+	struct endpoint *ep;
+	gboolean hedge;
+	gboolean probe;
+	gboolean on_ejected;
+};
 
-	req->running[a->hedge] = a;
-	if (!a->hedge && hedgeable(http, req)) {
-		a->hedge_link.data = a;
-		g_queue_push_tail_link(&http->hedge_wait, &a->hedge_link);
-	}
-	if (a->probe)
-		ep->probing = TRUE;
-	http->running++;
-	pthread_mutex_lock(&http->stats_lock);
+/* Under http->lock. */
+static void book(struct loop *l, struct booking *b)
+{
+	struct endpoint *ep = b->ep;
+
+	b->on_ejected = ep->ejected;
+	l->running++;
+	lane_of(l, ep)->inflight++;
 	ep->inflight++;
 	ep->requests++;
-	if (a->hedge)
+	if (b->hedge)
 		ep->hedges++;
-	pthread_mutex_unlock(&http->stats_lock);
-	curl_multi_add_handle(http->multi, a->easy);
+	if (b->probe)
+		ep->probing = TRUE;
+}
+
+/* Gives back what book() took but the counters.  Under http->lock. */
+static void unbook(struct loop *l, struct endpoint *ep, gboolean probe)
+{
+	l->running--;
+	lane_of(l, ep)->inflight--;
+	ep->inflight--;
+	if (probe)
+		ep->probing = FALSE;
+}
+
+static void attempt_register(struct loop *l, struct attempt *a)
+{
+	struct http_request *req = a->req;
+
+	req->running[a->hedge] = a;
+	if (!a->hedge && hedgeable(l->http, req)) {
+		a->hedge_link.data = a;
+		g_queue_push_tail_link(&l->hedge_wait, &a->hedge_link);
+	}
+	curl_multi_add_handle(l->multi, a->easy);
 }
 
 /*
- * Starts a round of @req on @ep, or its duplicate when @hedge.  A failure
- * to prepare the primary ends the request; a duplicate is just dropped.
+ * Starts a round of @req as booked in @b, or its duplicate.  A failure to
+ * prepare the primary ends the request; a duplicate is just dropped.
  */
-static void attempt_start(struct http *http, struct http_request *req,
-			  struct endpoint *ep, gboolean hedge, gboolean probe,
-			  gint64 now)
+static void attempt_start(struct loop *l, struct http_request *req,
+			  const struct booking *b, gint64 now)
 {
+	struct http *http = l->http;
+	struct endpoint *ep = b->ep;
 	g_autoptr(GString) url = g_string_new(ep->url);
 	g_autoptr(GPtrArray) headers = g_ptr_array_new_with_free_func(g_free);
 	GError *error = NULL;
 	gpointer tag = NULL;
 	struct attempt *a;
 
-	if (!hedge) {
+	if (!b->hedge) {
 		req->attempt++;
 		req->round_us = now;
 		req->last_ep = ep;
@@ -941,18 +1046,18 @@ static void attempt_start(struct http *http, struct http_request *req,
 	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
 			  headers, &tag, req->data, &error))
 		goto fail;
-	a = attempt_new(http, req, ep, url->str, headers);
+	a = attempt_new(l, req, ep, url->str, headers);
 	if (!a) {
 		g_set_error(&error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
 		goto fail;
 	}
 	a->tag = tag;
-	a->hedge = hedge;
-	a->probe = probe;
-	a->on_ejected = ep->ejected;
+	a->hedge = b->hedge;
+	a->probe = b->probe;
+	a->on_ejected = b->on_ejected;
 	a->start_us = now;
-	attempt_register(http, a);
-	if (hedge && log_enabled(LOG_LEVEL_DEBUG))
+	attempt_register(l, a);
+	if (b->hedge && log_enabled(LOG_LEVEL_DEBUG))
 		log_msg(LOG_LEVEL_DEBUG,
 			"%s: hedged on %s after %.3f s on %s (attempt %u/%u)",
 			req->what, ep->url, (now - req->round_us) / 1e6,
@@ -960,7 +1065,14 @@ static void attempt_start(struct http *http, struct http_request *req,
 			req->attempt, req->max_attempts);
 	return;
 fail:
-	if (!hedge) {
+	/* Not started after all: off the books. */
+	pthread_mutex_lock(&http->lock);
+	unbook(l, ep, b->probe);
+	ep->requests--;
+	if (b->hedge)
+		ep->hedges--;
+	pthread_mutex_unlock(&http->lock);
+	if (!b->hedge) {
 		fail_request(http, req, ep, NULL, NULL, error);
 		return;
 	}
@@ -971,37 +1083,36 @@ fail:
 }
 
 /* Takes a finished or cancelled attempt off the books of the engine. */
-static void attempt_unlink(struct http *http, struct attempt *a)
+static void attempt_unlink(struct loop *l, struct attempt *a)
 {
-	struct endpoint *ep = a->ep;
+	struct http *http = l->http;
 
-	curl_multi_remove_handle(http->multi, a->easy);
+	curl_multi_remove_handle(l->multi, a->easy);
 	a->req->running[a->hedge] = NULL;
 	if (a->hedge_link.data) {
-		g_queue_unlink(&http->hedge_wait, &a->hedge_link);
+		g_queue_unlink(&l->hedge_wait, &a->hedge_link);
 		a->hedge_link.data = NULL;
 	}
-	if (a->probe)
-		ep->probing = FALSE;
-	http->running--;
-	pthread_mutex_lock(&http->stats_lock);
-	ep->inflight--;
-	ep->bytes += a->received;
-	pthread_mutex_unlock(&http->stats_lock);
+	pthread_mutex_lock(&http->lock);
+	unbook(l, a->ep, a->probe);
+	a->ep->bytes += a->received;
+	pthread_mutex_unlock(&http->lock);
 }
 
 /*
  * Aborts a running attempt: its transfer (and connection) is dropped.  It
  * ran at least this long, which is worth knowing when it was slow.
  */
-static void attempt_cancel(struct http *http, struct attempt *a, gint64 now)
+static void attempt_cancel(struct loop *l, struct attempt *a, gint64 now)
 {
+	struct http *http = l->http;
 	gint64 took = now - a->start_us;
-	double fastest = fastest_ewma(http);
 
-	if (took > latency_now(a->ep, fastest, now))
+	pthread_mutex_lock(&http->lock);
+	if (took > latency_now(a->ep, fastest_ewma(http), now))
 		ewma_add(http, a->ep, took, now);
-	attempt_unlink(http, a);
+	pthread_mutex_unlock(&http->lock);
+	attempt_unlink(l, a);
 	attempt_free(a);
 }
 
@@ -1130,18 +1241,6 @@ static void account(struct http *http, struct attempt *a, CURLcode rc,
 	enum outcome o = outcome_of(a, rc);
 	g_autofree char *chain = NULL;
 
-	pthread_mutex_lock(&http->stats_lock);
-	if (verdict == HTTP_VERDICT_DONE) {
-		ep->latency_us[ep->latency_pos] =
-			(guint32)MIN(took, G_MAXUINT32);
-		ep->latency_pos = (ep->latency_pos + 1) % LATENCY_RING;
-		ep->latency_len = MIN(ep->latency_len + 1, LATENCY_RING);
-	} else {
-		ep->errors++;
-	}
-	pthread_mutex_unlock(&http->stats_lock);
-	if (verdict == HTTP_VERDICT_DONE)
-		ewma_add(http, ep, took, now);
 	if (o == OUTCOME_FAILED) {
 		g_autofree char *prefix = chain_prefix(a->req, ep);
 
@@ -1151,11 +1250,23 @@ static void account(struct http *http, struct attempt *a, CURLcode rc,
 			chain = g_strdup_printf("%sHTTP %ld", prefix,
 						a->status);
 	}
+	pthread_mutex_lock(&http->lock);
+	if (verdict == HTTP_VERDICT_DONE) {
+		ep->latency_us[ep->latency_pos] =
+			(guint32)MIN(took, G_MAXUINT32);
+		ep->latency_pos = (ep->latency_pos + 1) % LATENCY_RING;
+		ep->latency_len = MIN(ep->latency_len + 1, LATENCY_RING);
+		ewma_add(http, ep, took, now);
+	} else {
+		ep->errors++;
+	}
 	health_note(http, a, o, chain, now);
+	pthread_mutex_unlock(&http->lock);
 }
 
 /* -- ending rounds ------------------------------------------------------ */
 
+/* Under http->lock. */
 static void hedge_sample(struct http *http, gint64 us)
 {
 	http->hedge_us[http->hedge_pos] = (guint32)MIN(us, G_MAXUINT32);
@@ -1166,7 +1277,7 @@ static void hedge_sample(struct http *http, gint64 us)
 }
 
 /* @a was judged DONE: its twin, if any, loses. */
-static void round_won(struct http *http, struct attempt *a,
+static void round_won(struct loop *l, struct attempt *a,
 		      struct http_response *resp, gint64 now)
 {
 	struct http_request *req = a->req;
@@ -1182,20 +1293,24 @@ static void round_won(struct http *http, struct attempt *a,
 				"%s: %s answered first; cancelling the "
 				"attempt on %s",
 				req->what, a->ep->url, twin->ep->url);
-		attempt_cancel(http, twin, now);
+		attempt_cancel(l, twin, now);
 	}
-	if (req->hedge)
-		hedge_sample(http, now - req->round_us);
-	finish(http, req, a, resp, NULL);
+	if (req->hedge) {
+		pthread_mutex_lock(&l->http->lock);
+		hedge_sample(l->http, now - req->round_us);
+		pthread_mutex_unlock(&l->http->lock);
+	}
+	finish(l->http, req, a, resp, NULL);
 }
 
 /* Full jitter: a uniform wait in [0, min(max, base * 2^(attempt-1))]. */
-static gint64 backoff_us(struct http *http, guint attempt)
+static gint64 backoff_us(struct loop *l, guint attempt)
 {
+	struct http *http = l->http;
 	double cap = http->backoff_base * (double)(1u << MIN(attempt - 1, 20));
 
 	cap = MIN(cap, http->backoff_max);
-	return (gint64)(g_rand_double(http->rand) * cap * G_USEC_PER_SEC);
+	return (gint64)(g_rand_double(l->rand) * cap * G_USEC_PER_SEC);
 }
 
 static gint waiting_cmp(gconstpointer a, gconstpointer b, gpointer data)
@@ -1206,11 +1321,12 @@ static gint waiting_cmp(gconstpointer a, gconstpointer b, gpointer data)
 	return x->due_us < y->due_us ? -1 : x->due_us > y->due_us;
 }
 
-static void schedule_retry(struct http *http, struct attempt *a,
+/* The retry stays on @a's loop, like every round of its request. */
+static void schedule_retry(struct loop *l, struct attempt *a,
 			   const GError *error)
 {
 	struct http_request *req = a->req;
-	gint64 wait = backoff_us(http, req->attempt);
+	gint64 wait = backoff_us(l, req->attempt);
 
 	if (log_enabled(LOG_LEVEL_DEBUG)) {
 		g_autofree char *prefix = chain_prefix(req, a->ep);
@@ -1221,7 +1337,7 @@ static void schedule_retry(struct http *http, struct attempt *a,
 	req->last_failed = a->ep;
 	req->due_us = g_get_monotonic_time() + wait;
 	attempt_free(a);
-	g_queue_insert_sorted(&http->waiting, req, waiting_cmp, NULL);
+	g_queue_insert_sorted(&l->waiting, req, waiting_cmp, NULL);
 }
 
 /*
@@ -1248,7 +1364,7 @@ static void keep_failure(struct attempt *a, enum http_verdict verdict,
 }
 
 /* The round of @a's request is over and no attempt won: retry or fail. */
-static void round_lost(struct http *http, struct attempt *a,
+static void round_lost(struct loop *l, struct attempt *a,
 		       enum http_verdict verdict, GError *error)
 {
 	struct http_request *req = a->req;
@@ -1262,15 +1378,15 @@ static void round_lost(struct http *http, struct attempt *a,
 	}
 	if (verdict == HTTP_VERDICT_RETRY && req->idempotent &&
 	    req->attempt < req->max_attempts) {
-		schedule_retry(http, a, error);
+		schedule_retry(l, a, error);
 		g_error_free(error);
 		return;
 	}
 	response_init(&resp, a);
-	fail_request(http, req, a->ep, a, &resp, error);
+	fail_request(l->http, req, a->ep, a, &resp, error);
 }
 
-static void attempt_done(struct http *http, struct attempt *a, CURLcode rc)
+static void attempt_done(struct loop *l, struct attempt *a, CURLcode rc)
 {
 	struct http_request *req = a->req;
 	struct http_response resp;
@@ -1278,7 +1394,7 @@ static void attempt_done(struct http *http, struct attempt *a, CURLcode rc)
 	GError *error = NULL;
 	gint64 now = g_get_monotonic_time();
 
-	attempt_unlink(http, a);
+	attempt_unlink(l, a);
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &a->status);
 	response_init(&resp, a);
@@ -1287,10 +1403,10 @@ static void attempt_done(struct http *http, struct attempt *a, CURLcode rc)
 		error = g_error_new(BFS_ERROR, EIO,
 				    "HTTP %ld rejected without a reason",
 				    a->status);
-	account(http, a, rc, verdict, error, now);
+	account(l->http, a, rc, verdict, error, now);
 	if (verdict == HTTP_VERDICT_DONE) {
 		g_clear_error(&error);
-		round_won(http, a, &resp, now);
+		round_won(l, a, &resp, now);
 	} else if (request_running(req)) {
 		if (log_enabled(LOG_LEVEL_DEBUG)) {
 			g_autofree char *prefix = chain_prefix(req, a->ep);
@@ -1301,18 +1417,19 @@ static void attempt_done(struct http *http, struct attempt *a, CURLcode rc)
 		}
 		keep_failure(a, verdict, error);
 	} else {
-		round_lost(http, a, verdict, error);
+		round_lost(l, a, verdict, error);
 	}
 }
 
 /* -- scheduling --------------------------------------------------------- */
 
-/* Whether a transfer to @ep must open a connection (no idle one left). */
-static gboolean needs_connection(const struct endpoint *ep)
+/* Whether a transfer to @lane must open a connection (no idle one left). */
+static gboolean needs_connection(const struct lane *lane)
 {
-	return ep->sockets <= ep->inflight;
+	return lane->sockets <= lane->inflight;
 }
 
+/* Under http->lock. */
 static void ramp_refill(struct http *http, gint64 now)
 {
 	gint64 tick = now / TICK_US;
@@ -1325,73 +1442,86 @@ static void ramp_refill(struct http *http, gint64 now)
 	http->tokens = MAX(1, (guint)(n + 0.5));
 }
 
-/* Whether a transfer to @ep may start now; takes a token if it must. */
-static gboolean ramp_allows(struct http *http, const struct endpoint *ep)
+/*
+ * Whether a transfer of @l to @ep may start now; takes a token if it must
+ * open a connection.  The tokens are the engine's, shared by the loops.
+ * Under http->lock.
+ */
+static gboolean ramp_allows(struct loop *l, const struct endpoint *ep,
+			    gint64 now)
 {
-	if (!needs_connection(ep))
+	struct http *http = l->http;
+
+	if (!needs_connection(lane_of(l, ep)))
 		return TRUE;
+	ramp_refill(http, now);
 	if (!http->tokens) {
-		http->ramp_blocked = TRUE;
+		l->ramp_blocked = TRUE;
 		return FALSE;
 	}
 	http->tokens--;
 	return TRUE;
 }
 
-static void publish_ready_len(struct http *http)
+/*
+ * Moves to @l's ready queue what it has to do: its retries now due, what
+ * submitters admitted to it, and, for each slot of its still unclaimed,
+ * the oldest submission that found no room anywhere.
+ */
+static void take_work(struct loop *l, gint64 now)
 {
-	pthread_mutex_lock(&http->lock);
-	http->ready_len = http->ready.length;
-	pthread_mutex_unlock(&http->lock);
-}
-
-static void take_incoming(struct http *http, gint64 now)
-{
+	struct http *http = l->http;
 	GQueue batch = G_QUEUE_INIT;
 	struct http_request *req;
+	guint due = 0;
 
+	while ((req = g_queue_peek_head(&l->waiting)) && req->due_us <= now) {
+		g_queue_push_tail(&l->ready, g_queue_pop_head(&l->waiting));
+		due++;
+	}
 	pthread_mutex_lock(&http->lock);
-	batch = http->incoming;
-	g_queue_init(&http->incoming);
-	http->ready_len += batch.length;
+	l->queued += due;
+	batch = l->inbox;
+	g_queue_init(&l->inbox);
+	while (http->pending.length && l->running + l->queued < l->slots) {
+		g_queue_push_tail(&batch, g_queue_pop_head(&http->pending));
+		l->queued++;
+	}
 	pthread_mutex_unlock(&http->lock);
 	while ((req = g_queue_pop_head(&batch))) {
+		req->loop = l;
 		req->start_us = now;
-		g_hash_table_add(http->live, req);
-		g_queue_push_tail(&http->ready, req);
+		g_hash_table_add(l->live, req);
+		g_queue_push_tail(&l->ready, req);
 	}
-}
-
-static void take_due(struct http *http, gint64 now)
-{
-	struct http_request *req;
-
-	while ((req = g_queue_peek_head(&http->waiting)) && req->due_us <= now)
-		g_queue_push_tail(&http->ready,
-				  g_queue_pop_head(&http->waiting));
 }
 
 /* Starts queued rounds, first come first served, within the budget. */
-static void start_ready(struct http *http, gint64 now)
+static void start_ready(struct loop *l, gint64 now)
 {
+	struct http *http = l->http;
 	struct http_request *req;
 
-	while ((req = g_queue_peek_head(&http->ready)) &&
-	       http->running < http->max_connections) {
-		gboolean probe;
-		struct endpoint *ep = pick_endpoint(http, req, now, &probe);
+	while ((req = g_queue_peek_head(&l->ready)) && l->running < l->slots) {
+		struct booking b = { 0 };
 
-		if (!ramp_allows(http, ep))
+		pthread_mutex_lock(&http->lock);
+		b.ep = pick_endpoint(http, req, now, &b.probe);
+		if (!ramp_allows(l, b.ep, now)) {
+			pthread_mutex_unlock(&http->lock);
 			break;
-		g_queue_pop_head(&http->ready);
-		attempt_start(http, req, ep, FALSE, probe, now);
+		}
+		book(l, &b);
+		l->queued--;
+		pthread_mutex_unlock(&http->lock);
+		g_queue_pop_head(&l->ready);
+		attempt_start(l, req, &b, now);
 	}
-	publish_ready_len(http);
 }
 
 /*
  * The p95 is sorted afresh at most once a tick, not per sample, once the
- * ring holds enough samples for that to cost anything.
+ * ring holds enough samples for that to cost anything.  Under http->lock.
  */
 static gint64 hedge_delay(struct http *http, gint64 now)
 {
@@ -1408,63 +1538,89 @@ static gint64 hedge_delay(struct http *http, gint64 now)
 	return http->hedge_delay_us;
 }
 
-/* Duplicates the attempts that have run too long, if there is room. */
-static void start_hedges(struct http *http, gint64 now)
+/*
+ * Books the duplicate of @a on another healthy endpoint, in a slot of
+ * @a's loop (the request stays there).  FALSE when it must wait; TRUE
+ * with b->ep NULL when there is no other endpoint to hedge on.
+ */
+static gboolean book_hedge(struct loop *l, struct attempt *a, struct booking *b,
+			   gint64 now)
 {
-	gint64 delay;
-	GList *l;
+	struct http *http = l->http;
+	gboolean go = TRUE;
 
-	if (!http->hedge_wait.length)
+	pthread_mutex_lock(&http->lock);
+	/* Queued requests have waited longer than any hedge. */
+	if (http->pending.length) {
+		l->hedge_blocked = TRUE;
+		go = FALSE;
+	} else {
+		b->ep = pick_healthy(http, a->ep, now);
+		b->hedge = TRUE;
+		if (b->ep && !ramp_allows(l, b->ep, now))
+			go = FALSE;
+		else if (b->ep)
+			book(l, b);
+	}
+	pthread_mutex_unlock(&http->lock);
+	return go;
+}
+
+/* Duplicates the attempts that have run too long, if there is room. */
+static void start_hedges(struct loop *l, gint64 now)
+{
+	struct http *http = l->http;
+	gint64 delay;
+	GList *lk;
+
+	if (!l->hedge_wait.length)
 		return;
+	pthread_mutex_lock(&http->lock);
 	delay = hedge_delay(http, now);
-	while ((l = http->hedge_wait.head)) {
-		struct attempt *a = l->data;
-		struct endpoint *ep;
+	pthread_mutex_unlock(&http->lock);
+	while ((lk = l->hedge_wait.head)) {
+		struct attempt *a = lk->data;
+		struct booking b = { 0 };
 
 		if (a->start_us + delay > now)
 			break;
-		/* Queued requests have waited longer than any hedge. */
-		if (http->running >= http->max_connections ||
-		    http->ready.length) {
-			http->hedge_blocked = TRUE;
+		if (l->running >= l->slots || l->ready.length) {
+			l->hedge_blocked = TRUE;
 			break;
 		}
-		ep = pick_healthy(http, a->ep, now);
-		if (ep && !ramp_allows(http, ep))
+		if (!book_hedge(l, a, &b, now))
 			break;
-		g_queue_unlink(&http->hedge_wait, l);
-		l->data = NULL;
-		if (ep)
-			attempt_start(http, a->req, ep, TRUE, FALSE, now);
+		g_queue_unlink(&l->hedge_wait, lk);
+		lk->data = NULL;
+		if (b.ep)
+			attempt_start(l, a->req, &b, now);
 	}
 }
 
-static void schedule(struct http *http)
+static void schedule(struct loop *l)
 {
 	gint64 now = g_get_monotonic_time();
 
-	http->ramp_blocked = FALSE;
-	http->hedge_blocked = FALSE;
-	take_incoming(http, now);
-	take_due(http, now);
-	ramp_refill(http, now);
-	start_ready(http, now);
-	start_hedges(http, now);
+	l->ramp_blocked = FALSE;
+	l->hedge_blocked = FALSE;
+	take_work(l, now);
+	start_ready(l, now);
+	start_hedges(l, now);
 }
 
-static void reap(struct http *http)
+static void reap(struct loop *l)
 {
 	CURLMsg *msg;
 	int left;
 
-	while ((msg = curl_multi_info_read(http->multi, &left))) {
+	while ((msg = curl_multi_info_read(l->multi, &left))) {
 		struct attempt *a = NULL;
 
 		if (msg->msg != CURLMSG_DONE)
 			continue;
 		curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE,
 				  (char **)&a);
-		attempt_done(http, a, msg->data.result);
+		attempt_done(l, a, msg->data.result);
 	}
 }
 
@@ -1473,25 +1629,30 @@ static gint64 until(gint64 due, gint64 now)
 	return MAX(0, (due - now + 999) / 1000);
 }
 
-static int poll_timeout_ms(struct http *http)
+static int poll_timeout_ms(struct loop *l)
 {
+	struct http *http = l->http;
 	gint64 now = g_get_monotonic_time();
 	long curl_ms = -1;
 	gint64 ms = MAX_POLL_MS;
-	struct http_request *next = g_queue_peek_head(&http->waiting);
-	struct attempt *hedge = g_queue_peek_head(&http->hedge_wait);
+	struct http_request *next = g_queue_peek_head(&l->waiting);
+	struct attempt *hedge = g_queue_peek_head(&l->hedge_wait);
 
-	curl_multi_timeout(http->multi, &curl_ms);
+	curl_multi_timeout(l->multi, &curl_ms);
 	if (curl_ms >= 0 && curl_ms < ms)
 		ms = curl_ms;
 	if (next)
 		ms = MIN(ms, until(next->due_us, now));
-	if (http->ramp_blocked)
+	if (!l->ramp_blocked && (!hedge || l->hedge_blocked))
+		return (int)ms;
+	pthread_mutex_lock(&http->lock);
+	if (l->ramp_blocked)
 		ms = MIN(ms, until((http->tick + 1) * TICK_US, now));
 	/* A hedge held back by the budget waits for a transfer to end. */
-	if (hedge && !http->hedge_blocked)
+	if (hedge && !l->hedge_blocked)
 		ms = MIN(ms,
 			 until(hedge->start_us + hedge_delay(http, now), now));
+	pthread_mutex_unlock(&http->lock);
 	return (int)ms;
 }
 
@@ -1503,55 +1664,72 @@ static GError *cancelled_error(void)
 			   "cancelled: the HTTP engine is shutting down");
 }
 
-static void request_cancel(struct http *http, struct http_request *req)
+static void request_cancel(struct loop *l, struct http_request *req)
 {
 	gint64 now = g_get_monotonic_time();
 	guint i;
 
 	for (i = 0; i < G_N_ELEMENTS(req->running); i++)
 		if (req->running[i])
-			attempt_cancel(http, req->running[i], now);
-	fail_request(http, req, req->last_ep, NULL, NULL, cancelled_error());
+			attempt_cancel(l, req->running[i], now);
+	fail_request(l->http, req, req->last_ep, NULL, NULL, cancelled_error());
+}
+
+/* Cancels every request @l has taken, at the end of its thread. */
+static void loop_cancel_all(struct loop *l)
+{
+	g_autoptr(GPtrArray) all = g_ptr_array_new();
+	GHashTableIter it;
+	gpointer key;
+	guint i;
+
+	g_queue_clear(&l->ready);
+	g_queue_clear(&l->waiting);
+	g_hash_table_iter_init(&it, l->live);
+	while (g_hash_table_iter_next(&it, &key, NULL))
+		g_ptr_array_add(all, key);
+	for (i = 0; i < all->len; i++)
+		request_cancel(l, g_ptr_array_index(all, i));
 }
 
 /*
- * Cancels every request; done() may submit more, which are cancelled in
- * turn until none is left, and later submissions are refused.
+ * Once the loops are gone: cancels what no loop took (http->pending and
+ * the inboxes).  done() may submit more, which are cancelled in turn
+ * until none is left; then later submissions are refused.
  */
-static void cancel_all(struct http *http)
+static void cancel_untaken(struct http *http)
 {
 	for (;;) {
-		g_autoptr(GPtrArray) all = g_ptr_array_new();
-		GHashTableIter it;
-		gpointer key;
+		GQueue batch = G_QUEUE_INIT;
 		struct http_request *req;
-		gboolean empty;
 		guint i;
 
 		pthread_mutex_lock(&http->lock);
-		while ((req = g_queue_pop_head(&http->incoming)))
-			g_hash_table_add(http->live, req);
-		empty = !g_hash_table_size(http->live);
-		http->closed = empty;
-		http->ready_len = 0;
+		batch = http->pending;
+		g_queue_init(&http->pending);
+		for (i = 0; i < http->nloops; i++) {
+			struct loop *l = &http->loops[i];
+
+			while ((req = g_queue_pop_head(&l->inbox)))
+				g_queue_push_tail(&batch, req);
+			l->queued = 0;
+		}
+		http->closed = !batch.length;
 		pthread_mutex_unlock(&http->lock);
-		if (empty)
-			break;
-		g_queue_clear(&http->ready);
-		g_queue_clear(&http->waiting);
-		g_hash_table_iter_init(&it, http->live);
-		while (g_hash_table_iter_next(&it, &key, NULL))
-			g_ptr_array_add(all, key);
-		for (i = 0; i < all->len; i++)
-			request_cancel(http, g_ptr_array_index(all, i));
+		if (!batch.length)
+			return;
+		while ((req = g_queue_pop_head(&batch)))
+			fail_request(http, req, NULL, NULL, NULL,
+				     cancelled_error());
 	}
 }
 
-/* -- the event thread --------------------------------------------------- */
+/* -- the event threads -------------------------------------------------- */
 
 static gpointer event_thread(gpointer data)
 {
-	struct http *http = data;
+	struct loop *l = data;
+	struct http *http = l->http;
 	int still;
 
 	for (;;) {
@@ -1562,21 +1740,27 @@ static gpointer event_thread(gpointer data)
 		pthread_mutex_unlock(&http->lock);
 		if (stop)
 			break;
-		schedule(http);
-		curl_multi_perform(http->multi, &still);
-		reap(http);
+		schedule(l);
+		curl_multi_perform(l->multi, &still);
+		reap(l);
 		/* Slots freed by reap() are filled before sleeping. */
-		schedule(http);
-		curl_multi_poll(http->multi, NULL, 0, poll_timeout_ms(http),
-				NULL);
+		schedule(l);
+		curl_multi_poll(l->multi, NULL, 0, poll_timeout_ms(l), NULL);
 	}
-	cancel_all(http);
+	loop_cancel_all(l);
 	return NULL;
 }
 
 /* -- public ------------------------------------------------------------- */
 
 static gsize curl_once;
+
+guint http_default_event_threads(void)
+{
+	guint cores = g_get_num_processors();
+
+	return CLAMP(cores / 4, 1, 16);
+}
 
 static void http_set_options(struct http *http, const struct http_options *o)
 {
@@ -1599,6 +1783,67 @@ static void http_set_options(struct http *http, const struct http_options *o)
 		(gint64)((o->hedge_min_delay > 0 ? o->hedge_min_delay : 0.05) *
 			 G_USEC_PER_SEC);
 	http->ramp_per_tick = o->ramp_per_tick ? o->ramp_per_tick : 16;
+	http->nloops = o->event_threads ? o->event_threads
+					: http_default_event_threads();
+	/* Every loop needs a slot of the budget. */
+	http->nloops = MIN(http->nloops, http->max_connections);
+}
+
+/* Sets up loop @i, without its thread. */
+static gboolean loop_init(struct http *http, guint i, GError **error)
+{
+	struct loop *l = &http->loops[i];
+
+	l->http = http;
+	l->index = i;
+	l->slots = http->max_connections / http->nloops +
+		   (i < http->max_connections % http->nloops);
+	l->lanes = g_new0(struct lane, http->endpoints->len);
+	g_queue_init(&l->inbox);
+	g_queue_init(&l->ready);
+	g_queue_init(&l->waiting);
+	g_queue_init(&l->hedge_wait);
+	l->live = g_hash_table_new(NULL, NULL);
+	l->rand = g_rand_new();
+	l->multi = curl_multi_init();
+	if (!l->multi) {
+		g_set_error(error, BFS_ERROR, EIO, "curl_multi_init failed");
+		return FALSE;
+	}
+	/* The budget already holds transfers back; these keep curl from
+	 * opening more sockets than the slice, and keep idle ones for
+	 * reuse. */
+	curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+			  (long)l->slots);
+	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, (long)l->slots);
+	return TRUE;
+}
+
+static gboolean start_threads(struct http *http, GError **error)
+{
+	guint i;
+
+	/* The copies they make grow with the loops' transfers. */
+	http->ndone = MAX(DONE_THREADS, http->nloops);
+	http->done_threads = g_new0(pthread_t, http->ndone);
+	for (i = 0; i < http->ndone; i++) {
+		int rc = pthread_create(&http->done_threads[i], NULL,
+					done_thread, http);
+
+		if (rc) {
+			g_set_error(error, BFS_ERROR, rc,
+				    "cannot start an HTTP completion thread: "
+				    "%s",
+				    g_strerror(rc));
+			return FALSE;
+		}
+		pthread_setname_np(http->done_threads[i], "bfs-done");
+		http->done_started++;
+	}
+	for (i = 0; i < http->nloops; i++)
+		http->loops[i].thread =
+			g_thread_new("bfs-http", event_thread, &http->loops[i]);
+	return TRUE;
 }
 
 struct http *http_new(const struct http_options *opts, GError **error)
@@ -1608,6 +1853,12 @@ struct http *http_new(const struct http_options *opts, GError **error)
 
 	g_return_val_if_fail(opts && opts->endpoints && opts->endpoints[0],
 			     NULL);
+	if (opts->event_threads > MAX_EVENT_THREADS) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "event_threads=%u: at most %u", opts->event_threads,
+			    MAX_EVENT_THREADS);
+		return NULL;
+	}
 	if (g_once_init_enter(&curl_once)) {
 		CURLcode rc = curl_global_init(CURL_GLOBAL_DEFAULT);
 
@@ -1621,14 +1872,10 @@ struct http *http_new(const struct http_options *opts, GError **error)
 	}
 	http = g_new0(struct http, 1);
 	pthread_mutex_init(&http->lock, NULL);
-	pthread_mutex_init(&http->stats_lock, NULL);
 	pthread_mutex_init(&http->done_lock, NULL);
 	pthread_cond_init(&http->done_cond, NULL);
 	g_queue_init(&http->done_queue);
-	g_queue_init(&http->incoming);
-	g_queue_init(&http->ready);
-	g_queue_init(&http->waiting);
-	g_queue_init(&http->hedge_wait);
+	g_queue_init(&http->pending);
 	http->endpoints = g_ptr_array_new_with_free_func(endpoint_free);
 	for (i = 0; opts->endpoints[i]; i++) {
 		struct endpoint *ep =
@@ -1640,35 +1887,14 @@ struct http *http_new(const struct http_options *opts, GError **error)
 	}
 	http_set_options(http, opts);
 	http->rand = g_rand_new();
-	http->live = g_hash_table_new(NULL, NULL);
 	http->tick = -1;
 	http->hedge_delay_us = http->hedge_min_us;
-	http->multi = curl_multi_init();
-	if (!http->multi) {
-		g_set_error(error, BFS_ERROR, EIO, "curl_multi_init failed");
-		goto fail;
-	}
-	/* The budget already holds transfers back; these keep curl from
-	 * opening more sockets than that, and keep idle ones for reuse. */
-	curl_multi_setopt(http->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
-			  (long)http->max_connections);
-	curl_multi_setopt(http->multi, CURLMOPT_MAXCONNECTS,
-			  (long)http->max_connections);
-	for (i = 0; i < DONE_THREADS; i++) {
-		int rc = pthread_create(&http->done_threads[i], NULL,
-					done_thread, http);
-
-		if (rc) {
-			g_set_error(error, BFS_ERROR, rc,
-				    "cannot start an HTTP completion thread: "
-				    "%s",
-				    g_strerror(rc));
+	http->loops = g_new0(struct loop, http->nloops);
+	for (i = 0; i < http->nloops; i++)
+		if (!loop_init(http, i, error))
 			goto fail;
-		}
-		pthread_setname_np(http->done_threads[i], "bfs-done");
-		http->done_started++;
-	}
-	http->thread = g_thread_new("bfs-http", event_thread, http);
+	if (!start_threads(http, error))
+		goto fail;
 	return http;
 fail:
 	http_free(http);
@@ -1691,32 +1917,46 @@ static void stop_done_threads(struct http *http)
 
 void http_shutdown(struct http *http)
 {
+	guint i;
+
 	if (!http)
 		return;
-	if (http->thread) {
-		pthread_mutex_lock(&http->lock);
-		http->stopping = TRUE;
-		pthread_mutex_unlock(&http->lock);
-		curl_multi_wakeup(http->multi);
-		g_thread_join(http->thread);
-		http->thread = NULL;
-	}
-	/* After the event thread: its cancellations are queued too. */
+	pthread_mutex_lock(&http->lock);
+	http->stopping = TRUE;
+	pthread_mutex_unlock(&http->lock);
+	for (i = 0; i < http->nloops && http->loops; i++)
+		if (http->loops[i].thread)
+			curl_multi_wakeup(http->loops[i].multi);
+	for (i = 0; i < http->nloops && http->loops; i++)
+		g_clear_pointer(&http->loops[i].thread, g_thread_join);
+	cancel_untaken(http);
+	/* After the loops: their cancellations are queued too. */
 	stop_done_threads(http);
+}
+
+static void loop_clear(struct loop *l)
+{
+	/* Closes the idle connections, through on_close_socket(). */
+	g_clear_pointer(&l->multi, curl_multi_cleanup);
+	g_clear_pointer(&l->live, g_hash_table_unref);
+	g_clear_pointer(&l->rand, g_rand_free);
+	g_clear_pointer(&l->lanes, g_free);
 }
 
 void http_free(struct http *http)
 {
+	guint i;
+
 	if (!http)
 		return;
 	http_shutdown(http);
-	/* Closes the idle connections, through on_close_socket(). */
-	g_clear_pointer(&http->multi, curl_multi_cleanup);
-	g_clear_pointer(&http->live, g_hash_table_unref);
+	for (i = 0; i < http->nloops && http->loops; i++)
+		loop_clear(&http->loops[i]);
+	g_free(http->loops);
+	g_free(http->done_threads);
 	g_clear_pointer(&http->rand, g_rand_free);
 	g_ptr_array_unref(http->endpoints);
 	pthread_mutex_destroy(&http->lock);
-	pthread_mutex_destroy(&http->stats_lock);
 	pthread_mutex_destroy(&http->done_lock);
 	pthread_cond_destroy(&http->done_cond);
 	g_free(http->ca_file);
@@ -1737,7 +1977,7 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 
 		memset(o, 0, sizeof(*o));
 		g_strlcpy(o->url, ep->url, sizeof(o->url));
-		pthread_mutex_lock(&http->stats_lock);
+		pthread_mutex_lock(&http->lock);
 		o->requests = ep->requests;
 		o->bytes = ep->bytes;
 		o->errors = ep->errors;
@@ -1747,7 +1987,7 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 		o->ejected = ep->ejected;
 		n = ep->latency_len;
 		memcpy(lat, ep->latency_us, n * sizeof(lat[0]));
-		pthread_mutex_unlock(&http->stats_lock);
+		pthread_mutex_unlock(&http->lock);
 		o->p50_ms = percentile(lat, n, 50) / 1000.0;
 		o->p99_ms = percentile(lat, n, 99) / 1000.0;
 	}
@@ -1755,10 +1995,12 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 
 guint http_queued(struct http *http)
 {
-	guint n;
+	guint n, i;
 
 	pthread_mutex_lock(&http->lock);
-	n = http->incoming.length + http->ready_len;
+	n = http->pending.length;
+	for (i = 0; i < http->nloops; i++)
+		n += http->loops[i].queued;
 	pthread_mutex_unlock(&http->lock);
 	return n;
 }
@@ -1768,8 +2010,45 @@ guint http_endpoint_count(const struct http *http)
 	return http->endpoints->len;
 }
 
+guint http_event_threads(const struct http *http)
+{
+	return http->nloops;
+}
+
+/*
+ * Under http->lock: @req goes to the loop with the most free slots, or
+ * waits in http->pending when none has one (or older submissions already
+ * wait there: first come, first served).  Returns the loop to wake.
+ */
+static struct loop *admit(struct http *http, struct http_request *req)
+{
+	struct loop *best = NULL;
+	guint best_free = 0, i;
+
+	if (!http->stopping && !http->pending.length) {
+		for (i = 0; i < http->nloops; i++) {
+			struct loop *l = &http->loops[i];
+			guint used = l->running + l->queued;
+			guint free = used < l->slots ? l->slots - used : 0;
+
+			if (free > best_free) {
+				best = l;
+				best_free = free;
+			}
+		}
+	}
+	if (!best) {
+		g_queue_push_tail(&http->pending, req);
+		return NULL;
+	}
+	g_queue_push_tail(&best->inbox, req);
+	best->queued++;
+	return best;
+}
+
 void http_submit(struct http *http, struct http_request *req)
 {
+	struct loop *wake = NULL;
 	gboolean closed;
 
 	g_return_if_fail(http && req);
@@ -1779,12 +2058,12 @@ void http_submit(struct http *http, struct http_request *req)
 	pthread_mutex_lock(&http->lock);
 	closed = http->closed;
 	if (!closed)
-		g_queue_push_tail(&http->incoming, req);
+		wake = admit(http, req);
 	pthread_mutex_unlock(&http->lock);
-	if (!closed) {
-		curl_multi_wakeup(http->multi);
+	if (wake)
+		curl_multi_wakeup(wake->multi);
+	if (!closed)
 		return;
-	}
 	{
 		g_autoptr(GError) error = cancelled_error();
 

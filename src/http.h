@@ -1,14 +1,19 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http.h - the HTTP engine: one libcurl multi event thread per engine,
- * and two threads that run the requests' done callbacks.
+ * http.h - the HTTP engine: event_threads libcurl multi event threads per
+ * engine, and done threads (two, or one per event thread when there are
+ * more) that run the requests' done callbacks.
  *
  * The engine owns the endpoints, the connection pool and the retry policy.
  * Callers build a struct http_request, hand it to http_submit() from any
- * thread and return; the event thread runs it, retries it, and finally
+ * thread and return; an event thread runs it, retries it, and finally
  * hands it to a done thread, which calls the request's done callback (so a
- * caller's work on a body overlaps the transfers still running).  Only the
- * event thread ever touches curl handles.
+ * caller's work on a body overlaps the transfers still running).  A
+ * request stays on the event thread that took it for its whole life,
+ * retries and hedge included, and only that thread touches its curl
+ * handles.  The event threads share one budget, one table of endpoint
+ * health and latency, the hedging state and the counters, so what follows
+ * holds for the engine as a whole, whatever event_threads is.
  *
  * What happens to a request:
  *
@@ -41,38 +46,49 @@
  * After eject_cooloff seconds the first request to come along is sent
  * there as the one probe; its success re-admits the endpoint (a notice),
  * its failure starts the cool-off again.  With every endpoint ejected,
- * requests still go out, each to the endpoint that failed least recently,
- * so they fail (or succeed) in bounded time rather than stall.
+ * requests still go out, so they fail (or succeed) in bounded time rather
+ * than stall: each attempt to the endpoint with the best success rate
+ * over its last 32 judged attempts (ties: not the one that just failed
+ * this request, then fewer in flight, then in turn), so the attempts of a
+ * read go to the endpoint that answers, not to one that refuses
+ * connections (which, failing fast, always "failed least recently").
  *
  * Hedging.  A request with http_request_set_hedge() whose attempt has run
  * longer than max(hedge_min_delay, p95 of recent hedged requests) gets a
  * duplicate attempt on another healthy endpoint, at most one per attempt
- * round, when a transfer slot is free and no request is queued.  The first
+ * round, when a transfer slot of its event thread's slice is free (the
+ * duplicate runs on the same thread) and no request is queued.  The first
  * attempt judged DONE wins; the other is cancelled (its transfer
  * aborted).  A failed attempt whose twin still runs neither retries nor
  * ends the request: the retry rules apply once no attempt of the round is
  * left; a FAIL verdict then outweighs a RETRY one.
  *
  * Budget.  At most max_connections transfers run at once; the others wait
- * in the engine's FIFO queue (http_queued()) and never fail for want of a
- * slot.  Transfers speak HTTP/1.1, one per connection, and curl holds at
- * most max_connections connections (idle ones stay cached and warm with
- * TCP keepalive), so the engine holds at most max_connections sockets,
- * plus curl's wakeup pair and, while a host name is being resolved, the
- * resolver's pair.  Sized within the process's descriptor limit, the
- * engine therefore never makes the process see EMFILE.  New connections
- * are rate-limited: at most ramp_per_tick (+-50% jitter) are opened per
- * 10 ms tick, so a cold pool warms up instead of sending a burst of
- * connects; a transfer that can reuse an idle connection is not limited.
+ * in the engine's FIFO queue (http_queued()), first come first served
+ * across all event threads, and never fail for want of a slot.
+ * Transfers speak HTTP/1.1, one per connection.  curl's connection cache
+ * belongs to one multi handle, so the budget is cut into one slice per
+ * event thread (max_connections / event_threads, the remainder spread);
+ * each thread runs and holds at most its slice of transfers and
+ * connections (idle ones stay cached and warm with TCP keepalive), so the
+ * engine holds at most max_connections sockets, plus one wakeup pair per
+ * event thread and, while a host name is being resolved, the resolver's
+ * pair.  Sized within the process's descriptor limit, the engine
+ * therefore never makes the process see EMFILE.  A submission goes to the
+ * thread with the most free slots; when none has one it waits in the
+ * FIFO, whose head the first thread to free a slot takes.  New
+ * connections are rate-limited, for the engine as a whole: at most
+ * ramp_per_tick (+-50% jitter) are opened per 10 ms tick, so a cold pool
+ * warms up instead of sending a burst of connects; a transfer that can
+ * reuse an idle connection is not limited.
  *
  * The final error is the cause chain "WHAT via ENDPOINT (attempt k/N, T s):
  * CAUSE", where WHAT is the request's description (e.g. "GET
  * s3://bucket/key") and CAUSE what the transport or judge() reported.
  * Retries and hedges are logged at debug level.
  *
- * Lock order: http->lock (the submission queue) and http->stats_lock (the
- * counters) are leaf locks, never held together; callbacks are never called
- * with either held.
+ * Locks: http.c says which lock protects what and their order; callbacks
+ * are never called with an engine lock held.
  */
 #ifndef BUCKETFS_HTTP_H
 #define BUCKETFS_HTTP_H
@@ -109,7 +125,21 @@ struct http_options {
 	 * +-50% jitter, so a cold start never opens max_connections sockets
 	 * at once. */
 	guint ramp_per_tick;
+	/* Event threads, each with its own curl multi handle and its slice
+	 * of max_connections: 0 = http_default_event_threads(); at most 64,
+	 * and at most max_connections. */
+	guint event_threads;
 };
+
+/*
+ * The event threads an engine runs when http_options.event_threads is 0:
+ * a quarter of the processors this process may use, 1 to 16.  One
+ * thread at 48% of a core moves about 3,400 small objects a second
+ * (docs/PERFORMANCE.md), so a small host gains nothing from a second one
+ * but contention with the FUSE threads that feed it; a 32-core host gets
+ * 8.  Any thread.
+ */
+guint http_default_event_threads(void);
 
 /*
  * Counters of one endpoint since the engine started: a snapshot, plain
@@ -170,9 +200,9 @@ enum http_verdict {
  * ep->url, or a whole URL) and appends "Name: value" strings to @headers.
  * What it leaves in *@tag (NULL before) comes back in the response of
  * this attempt (resp->tag): which credentials signed it, say, when
- * attempts of one request may sign differently.  Called on the event
- * thread before every attempt.  Returning FALSE with @error set fails the
- * request without a retry.
+ * attempts of one request may sign differently.  Called on the
+ * request's event thread before every attempt.  Returning FALSE with
+ * @error set fails the request without a retry.
  */
 typedef gboolean (*http_prepare_fn)(const struct http_endpoint *ep,
 				    gint64 unix_time, GString *url,
@@ -182,14 +212,15 @@ typedef gboolean (*http_prepare_fn)(const struct http_endpoint *ep,
 /*
  * Judges a complete response.  For RETRY and FAIL it must set @error to the
  * cause (e.g. "HTTP 503 SlowDown: Please reduce your request rate
- * (RequestId: X)") with a BFS_ERROR errno code.  Event thread.
+ * (RequestId: X)") with a BFS_ERROR errno code.  The request's
+ * event thread.
  */
 typedef enum http_verdict (*http_judge_fn)(const struct http_response *resp,
 					   void *data, GError **error);
 
 /*
  * Called exactly once per request, on one of the engine's done threads
- * (two of them: callbacks of different requests may run at the same time),
+ * (callbacks of different requests may run at the same time),
  * or on the submitting thread for a request refused after shutdown.  On
  * success
  * @error is NULL and @resp the judged response; on failure @error holds
@@ -202,13 +233,13 @@ typedef void (*http_done_fn)(struct http_request *req,
 			     void *data);
 
 /*
- * Starts an engine and its event thread.  Errors: EINVAL for bad options
+ * Starts an engine and its event threads.  Errors: EINVAL for bad options
  * or endpoint URLs, EIO when curl cannot be set up.  Any thread.
  */
 struct http *http_new(const struct http_options *opts, GError **error);
 
 /*
- * Stops the event thread and cancels every request, queued, in backoff,
+ * Stops the event threads and cancels every request, queued, in backoff,
  * running or hedged (done() is called once each, with ECANCELED), and
  * returns once every done() has returned; every
  * later http_submit() fails at once the same way, on the submitting
@@ -223,19 +254,23 @@ void http_free(struct http *http);
 /*
  * Copies the counters of every endpoint into @out, which holds
  * http_endpoint_count() elements, in the order of http_options.endpoints.
- * Any thread, including callbacks; takes http->stats_lock.
+ * Any thread, including callbacks; takes http->lock.
  */
 void http_get_stats(struct http *http, struct http_endpoint_stats *out);
 
 /*
  * Requests submitted but not yet started, waiting for a transfer slot
- * (beyond the connection budget) or for the ramp-up.  Requests waiting out
+ * (beyond the connection budget) or for the ramp-up, on every event
+ * thread and in the engine's FIFO.  Requests waiting out
  * a retry's backoff are not counted.  Any thread; takes http->lock.
  */
 guint http_queued(struct http *http);
 
 /* Number of endpoints.  Any thread. */
 guint http_endpoint_count(const struct http *http);
+
+/* Number of event threads running (see http_options.event_threads). */
+guint http_event_threads(const struct http *http);
 
 /*
  * A new request.  @what describes it for errors and logs ("GET
@@ -266,9 +301,9 @@ void http_request_set_upload(struct http_request *req, GBytes *body);
  * http_options.hedge_min_delay).  Only for idempotent requests whose
  * response is small; ignored for pinned or non-idempotent ones.  prepare()
  * and judge() run for every attempt, the duplicate included (one at a
- * time, on the event thread), and the last judge() before a successful
- * done() is the winner's; done() still runs once.  Any thread, before
- * http_submit().
+ * time, on the request's event thread), and the last judge() before a
+ * successful done() is the winner's; done() still runs once.  Any thread,
+ * before http_submit().
  */
 void http_request_set_hedge(struct http_request *req, gboolean hedge);
 

@@ -1102,6 +1102,7 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 	o.max_connections = cfg->max_connections
 				    ? cfg->max_connections
 				    : CONFIG_DEFAULT_MAX_CONNECTIONS;
+	o.event_threads = cfg->event_threads;
 	s3->http = http_new(&o, error);
 	if (!s3->http)
 		goto fail;

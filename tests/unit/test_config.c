@@ -243,6 +243,9 @@ static void test_options(struct fixture *f, gconstpointer data)
 	g_assert_cmpuint(cfg->max_attempts, ==, 3);
 	g_assert_cmpuint(cfg->max_connections, ==, 1000000);
 	g_assert_true(cfg->read_only);
+	g_assert_cmpuint(cfg->event_threads, ==, 0);
+	opts_ok(f, "event_threads=64");
+	g_assert_cmpuint(cfg->event_threads, ==, 64);
 
 	/* Repeated: the last one wins; empty items are ignored. */
 	opts_ok(f, ",,addressing=virtual,,region=us-west-2,");
@@ -353,6 +356,10 @@ static void test_option_errors(struct fixture *f, gconstpointer data)
 		{ "max_connections=1000001", "option 'max_connections': "
 					     "'1000001' is not an integer "
 					     "between 1 and 1000000" },
+		{ "event_threads=0", "option 'event_threads': '0' is not an "
+				     "integer between 1 and 64" },
+		{ "event_threads=65", "option 'event_threads': '65' is not "
+				      "an integer between 1 and 64" },
 		{ "connect_timeout=0", "option 'connect_timeout': '0' is not a "
 				       "number of seconds greater than 0 and "
 				       "at most 3600" },

@@ -58,6 +58,8 @@ struct server {
 	GPtrArray *conns; /* of struct conn * */
 	int force_status;
 	int extra_delay_ms;
+	int reset_pct;	   /* of its answers, cut by an RST (server_flaky()) */
+	GHashTable *tries; /* path -> requests for it, for reset_pct */
 	struct server_counts n;
 	GArray *accept_us; /* gint64, monotonic */
 };
@@ -110,6 +112,40 @@ static int query_int(const char *path, const char *key, int dflt)
 	return dflt;
 }
 
+/*
+ * The body of "/x?b=N" bytes: a function of the path and the offset, so a
+ * body cut short, shifted or mixed with another is told apart.
+ */
+static void body_fill(const char *path, guint8 *buf, gsize len)
+{
+	guint h = g_str_hash(path);
+	gsize i;
+
+	for (i = 0; i < len; i++)
+		buf[i] = (guint8)(h + i * 131 + (i >> 8));
+}
+
+/*
+ * Whether the @try-th request for @path is cut: a fixed draw with
+ * probability @pct %, the same in every run whatever the timing.
+ */
+static guint32 mix32(guint32 h)
+{
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
+
+static gboolean reset_draw(const char *path, guint try, int pct)
+{
+	guint32 h = mix32(g_str_hash(path) ^ mix32(try * 0x9e3779b9u));
+
+	return (int)(h % 100) < pct;
+}
+
 static gboolean send_all(int fd, const char *p, gsize len)
 {
 	while (len) {
@@ -131,7 +167,7 @@ static gboolean serve(struct conn *c, const char *line)
 	int status, delay, bytes;
 	g_autofree char *head = NULL;
 	g_autofree char *body = NULL;
-	gboolean ok;
+	gboolean ok, reset = FALSE;
 
 	sscanf(line, "%*s %1023s", path);
 	pthread_mutex_lock(&s->lock);
@@ -140,6 +176,15 @@ static gboolean serve(struct conn *c, const char *line)
 	s->n.reqs_max = MAX(s->n.reqs_max, s->n.reqs_now);
 	status = s->force_status ? s->force_status : query_int(path, "s", 200);
 	delay = query_int(path, "d", 0) + s->extra_delay_ms;
+	if (s->reset_pct) {
+		guint try =
+			GPOINTER_TO_UINT(g_hash_table_lookup(s->tries, path)) +
+			1;
+
+		g_hash_table_replace(s->tries, g_strdup(path),
+				     GUINT_TO_POINTER(try));
+		reset = reset_draw(path, try, s->reset_pct);
+	}
 	pthread_mutex_unlock(&s->lock);
 	bytes = status == 200 ? query_int(path, "b", 2) : 0;
 	ok = !delay || conn_wait(c, delay);
@@ -148,9 +193,16 @@ static gboolean serve(struct conn *c, const char *line)
 				       "%d\r\nX-Port: %d\r\n\r\n",
 				       status, bytes, s->port);
 		body = g_malloc(bytes + 1);
-		memset(body, 'x', bytes);
+		body_fill(path, (guint8 *)body, bytes);
 		ok = send_all(c->fd, head, strlen(head)) &&
-		     send_all(c->fd, body, bytes);
+		     send_all(c->fd, body, reset ? bytes / 2 : bytes);
+	}
+	if (ok && reset) {
+		/* The peer sees "connection reset" (curl 56), not a FIN. */
+		struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+
+		setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+		ok = FALSE;
 	}
 	pthread_mutex_lock(&s->lock);
 	s->n.reqs_now--;
@@ -244,6 +296,7 @@ static struct server *server_new_refusing(void)
 	pthread_mutex_init(&s->lock, NULL);
 	s->conns = g_ptr_array_new();
 	s->accept_us = g_array_new(FALSE, FALSE, sizeof(gint64));
+	s->tries = g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	return s;
 }
 
@@ -289,6 +342,7 @@ static void server_free(struct server *s)
 	}
 	g_ptr_array_unref(s->conns);
 	g_array_unref(s->accept_us);
+	g_hash_table_unref(s->tries);
 	pthread_mutex_destroy(&s->lock);
 	g_free(s);
 }
@@ -309,6 +363,17 @@ static void server_set(struct server *s, int force_status, int extra_delay)
 	s->force_status = force_status;
 	s->extra_delay_ms = extra_delay;
 	pthread_mutex_unlock(&s->lock);
+}
+
+/* A server that cuts @pct % of its answers half way with an RST. */
+static struct server *server_flaky(int pct)
+{
+	struct server *s = server_new();
+
+	pthread_mutex_lock(&s->lock);
+	s->reset_pct = pct;
+	pthread_mutex_unlock(&s->lock);
+	return s;
 }
 
 static char *server_url(struct server *s)
@@ -332,14 +397,17 @@ struct treq {
 	long status;
 	int endpoint;	/* resp->endpoint->index, or -1 */
 	guint prepares; /* attempts prepared, each tagged with its number */
+	guint rank;	/* protected by tc->lock: its first attempt's place */
 	guint tag;	/* resp->tag: the number of the attempt that answered */
+	gboolean bytes_ok; /* a 200's body is exactly what the server sent */
 	gint64 submitted;
 	gint64 finished;
 };
 
 struct tcase {
 	pthread_mutex_t lock;
-	guint done; /* protected by lock */
+	guint done;    /* protected by lock */
+	guint started; /* protected by lock: first attempts prepared */
 	GPtrArray *reqs;
 };
 
@@ -347,6 +415,7 @@ static void tcase_init(struct tcase *tc)
 {
 	pthread_mutex_init(&tc->lock, NULL);
 	tc->done = 0;
+	tc->started = 0;
 	tc->reqs = g_ptr_array_new();
 }
 
@@ -381,11 +450,22 @@ static gboolean t_prepare(const struct http_endpoint *ep, gint64 unix_time,
 	g_string_append(url, t->path);
 	pthread_mutex_lock(&t->tc->lock);
 	*tag = GUINT_TO_POINTER(++t->prepares);
+	if (t->prepares == 1)
+		t->rank = t->tc->started++;
 	pthread_mutex_unlock(&t->tc->lock);
 	return TRUE;
 }
 
 static void t_submit(struct treq *t, gboolean hedge, int pin, guint attempts);
+
+static gboolean body_right(const char *path, const struct http_response *resp)
+{
+	gsize len = (gsize)query_int(path, "b", 2);
+	g_autofree guint8 *want = g_malloc(len + 1);
+
+	body_fill(path, want, len);
+	return resp->body->len == len && !memcmp(resp->body->data, want, len);
+}
 
 static void t_done(struct http_request *req, struct http_response *resp,
 		   const GError *error, void *data)
@@ -403,6 +483,7 @@ static void t_done(struct http_request *req, struct http_response *resp,
 	t->status = resp ? resp->status : 0;
 	t->endpoint = resp ? (int)resp->endpoint->index : -1;
 	t->tag = resp ? GPOINTER_TO_UINT(resp->tag) : 0;
+	t->bytes_ok = resp && resp->status == 200 && body_right(t->path, resp);
 	t->finished = now_us();
 	tc->done++;
 	again = g_steal_pointer(&t->resubmit);
@@ -488,10 +569,14 @@ static void assert_all_ok(struct tcase *tc)
 			g_error("%s failed: %s", t.what, t.message);
 		g_assert_cmpuint(t.calls, ==, 1);
 		g_assert_cmpint(t.status, ==, 200);
+		g_assert_true(t.bytes_ok);
 	}
 }
 
 /* -- engines ------------------------------------------------------------ */
+
+/* The event threads of the engines of the test running (main()). */
+static guint event_threads = 1;
 
 struct rig {
 	struct server *srv[8];
@@ -519,6 +604,7 @@ static void rig_init(struct rig *r)
 	r->o.max_connections = 16;
 	r->o.backoff_base = 0.01;
 	r->o.backoff_max = 0.05;
+	r->o.event_threads = event_threads;
 }
 
 static void rig_start(struct rig *r)
@@ -567,6 +653,33 @@ static void submit_n(struct tcase *tc, struct http *http, guint n,
 
 	for (i = 0; i < n; i++)
 		t_submit(t_new(tc, http, path), hedge, -1, 0);
+}
+
+/* Submits one GET of @path, waits for it, and returns its snapshot. */
+static struct treq submit_wait(struct tcase *tc, struct http *http,
+			       const char *path)
+{
+	struct treq *t = t_new(tc, http, path);
+
+	t_submit(t, FALSE, -1, 0);
+	wait_done(tc, tc->reqs->len, 10);
+	return t_get(t);
+}
+
+/*
+ * Endpoint 0 refuses every connection, endpoint 1 is @live; @eject_after
+ * failures eject for @cooloff s; @attempts per request.  Not started.
+ */
+static void rig_init_dead_first(struct rig *r, struct server *live,
+				guint eject_after, double cooloff,
+				guint attempts)
+{
+	rig_init(r);
+	rig_add(r, server_new_refusing());
+	rig_add(r, live);
+	r->o.eject_after = eject_after;
+	r->o.eject_cooloff = cooloff;
+	r->o.max_attempts = attempts;
 }
 
 /* Equal endpoints share the load: concurrency goes to the least loaded. */
@@ -652,18 +765,11 @@ static void test_eject(void)
 	guint i;
 
 	capture_start(&cap, 0);
-	rig_init(&r);
-	rig_add(&r, server_new_refusing());
-	rig_add(&r, server_new());
-	r.o.eject_after = 3;
-	r.o.eject_cooloff = 60;
-	r.o.max_attempts = 3;
+	rig_init_dead_first(&r, server_new(), 3, 60, 3);
 	rig_start(&r);
 	tcase_init(&tc);
-	for (i = 0; i < 20; i++) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, i + 1, 10);
-	}
+	for (i = 0; i < 20; i++)
+		submit_wait(&tc, r.http, "/x");
 	assert_all_ok(&tc);
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, 3);
@@ -729,8 +835,7 @@ static void eject_first(struct rig *r, struct tcase *tc)
 	guint i;
 
 	for (i = 0; i < 20; i++) {
-		t_submit(t_new(tc, r->http, "/x"), FALSE, -1, 0);
-		wait_done(tc, tc->reqs->len, 10);
+		submit_wait(tc, r->http, "/x");
 		rig_stats(r);
 		if (r->st[0].ejected)
 			return;
@@ -766,15 +871,12 @@ static void test_probe_readmits(void)
 	g_assert_cmpuint(before, ==, 2);
 	server_set(r.srv[0], 0, 0);
 	/* During the cool-off nothing goes there. */
-	while (now_us() - t0 < 300000) {
-		t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-		wait_done(&tc, tc.reqs->len, 10);
-	}
+	while (now_us() - t0 < 300000)
+		submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before);
 	g_usleep(t0 + 600000 - now_us());
-	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-	wait_done(&tc, tc.reqs->len, 10);
+	submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 1);
 	g_assert_false(r.st[0].ejected);
@@ -828,8 +930,7 @@ static void test_probe_fails(void)
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 1);
 	g_usleep(400000);
-	t_submit(t_new(&tc, r.http, "/x"), FALSE, -1, 0);
-	wait_done(&tc, tc.reqs->len, 10);
+	submit_wait(&tc, r.http, "/x");
 	rig_stats(&r);
 	g_assert_cmpuint(r.st[0].requests, ==, before + 2);
 	assert_all_ok(&tc);
@@ -890,6 +991,143 @@ static void test_all_dead(void)
 	capture_stop(&cap);
 }
 
+/*
+ * With every endpoint ejected, attempts go to the one with the better
+ * recent success rate, not to the one that failed longest ago: a dead
+ * endpoint, ejected long before, gets no attempt while the one that
+ * answers (ejected by a short storm of 503s) does.
+ */
+static void test_all_ejected_best_rate(void)
+{
+	struct rig r;
+	struct tcase tc;
+	struct capture cap;
+	struct treq t;
+	guint64 dead;
+	guint i;
+
+	capture_start(&cap, 0);
+	rig_init_dead_first(&r, server_new(), 2, 60, 3);
+	rig_start(&r);
+	tcase_init(&tc);
+	eject_first(&r, &tc);
+	for (i = 0; i < 10; i++)
+		submit_wait(&tc, r.http, "/x");
+	assert_all_ok(&tc);
+	rig_stats(&r);
+	dead = r.st[0].requests;
+	g_assert_cmpuint(dead, ==, 2);
+	/* A storm of 503s ejects the live one too; its third attempt goes
+	 * there again, the record of the dead one being worse. */
+	server_set(r.srv[1], 503, 0);
+	t = submit_wait(&tc, r.http, "/x");
+	g_test_message("%s", t.message);
+	g_assert_cmpint(t.status, ==, 503);
+	g_assert_nonnull(strstr(t.message, " (attempt 3/3, "));
+	rig_stats(&r);
+	g_assert_true(r.st[0].ejected);
+	g_assert_true(r.st[1].ejected);
+	g_assert_cmpuint(r.st[0].requests, ==, dead);
+	/* It recovers: the next requests reach it and re-admit it. */
+	server_set(r.srv[1], 0, 0);
+	for (i = 0; i < 10; i++) {
+		t = submit_wait(&tc, r.http, "/x");
+		g_assert_cmpint(t.code, ==, 0);
+		g_assert_true(t.bytes_ok);
+		g_assert_cmpuint(t.prepares, ==, 1);
+	}
+	rig_stats(&r);
+	g_assert_cmpuint(r.st[0].requests, ==, dead);
+	g_assert_false(r.st[1].ejected);
+	g_assert_cmpuint(
+		capture_count(&cap, LOG_LEVEL_NOTICE, "re-admitted", NULL), ==,
+		1);
+	rig_clear(&r);
+	tcase_clear(&tc);
+	capture_stop(&cap);
+}
+
+#define FLAKY_READS 10000
+#define FLAKY_PCT   30
+
+/* The longest run of cut answers any of the reads meets from the start. */
+static guint flaky_worst_run(void)
+{
+	guint i, worst = 0;
+
+	for (i = 0; i < FLAKY_READS; i++) {
+		g_autofree char *path = g_strdup_printf("/x?b=4096&i=%u", i);
+		guint run = 0;
+
+		while (reset_draw(path, run + 1, FLAKY_PCT))
+			run++;
+		worst = MAX(worst, run);
+	}
+	return worst;
+}
+
+/*
+ * Issue 14's case: one endpoint refuses every connection, the other cuts
+ * 30% of its answers with an RST; 10,000 reads of 4 KiB, 10 attempts each.
+ * The flaky one is ejected again and again (5 cuts in a row), so both are
+ * often ejected at once; then the attempts must still go to the one that
+ * answers.  Every read succeeds with every byte right, and the dead one
+ * gets nothing but the ejection's attempts and one probe per cool-off.
+ *
+ * The cuts are a fixed draw per (path, try), the same in every run: the
+ * worst read meets 8 in a row at most (checked first), so with at most one
+ * attempt of a read spent on the dead endpoint (its probe) every read
+ * succeeds, and a failure is the engine's.
+ */
+static void test_dead_and_flaky(void)
+{
+	struct rig r;
+	struct tcase tc;
+	struct capture cap;
+	guint worst = flaky_worst_run();
+	gint64 t0;
+	double secs;
+	guint64 dead_bound;
+
+	g_test_message("the worst read meets %u cuts in a row", worst);
+	g_assert_cmpuint(worst, <=, 8);
+	capture_start(&cap, 0);
+	rig_init_dead_first(&r, server_flaky(FLAKY_PCT), 5, 0.5, 10);
+	r.o.max_connections = 16;
+	rig_start(&r);
+	tcase_init(&tc);
+	t0 = now_us();
+	{
+		guint i;
+
+		for (i = 0; i < FLAKY_READS; i++) {
+			g_autofree char *path =
+				g_strdup_printf("/x?b=4096&i=%u", i);
+
+			t_submit(t_new(&tc, r.http, path), FALSE, -1, 0);
+		}
+	}
+	wait_done(&tc, FLAKY_READS, 100);
+	secs = (now_us() - t0) / 1e6;
+	rig_stats(&r);
+	g_test_message("%u reads in %.1f s with %u event threads: dead "
+		       "endpoint %" G_GUINT64_FORMAT " attempts, flaky one "
+		       "%" G_GUINT64_FORMAT " attempts, %" G_GUINT64_FORMAT
+		       " errors, %" G_GUINT64_FORMAT " ejections",
+		       FLAKY_READS, secs, http_event_threads(r.http),
+		       r.st[0].requests, r.st[1].requests, r.st[1].errors,
+		       r.st[1].ejections);
+	assert_all_ok(&tc);
+	/* The attempts in flight when it was ejected, then one probe per
+	 * cool-off (one at a time). */
+	dead_bound = 5 + r.o.max_connections + (guint64)(secs / 0.5) + 1;
+	g_assert_cmpuint(r.st[0].requests, <=, dead_bound);
+	g_assert_cmpuint(r.st[1].ejections, >=, 1);
+	rig_clear(&r);
+	tcase_clear(&tc);
+	capture_stop(&cap);
+}
+
 /* The error is one cause chain; retries are logged at debug level. */
 static void test_cause_chain(void)
 {
@@ -939,7 +1177,9 @@ static void test_hedge_wins(void)
 	rig_add(&r, server_new());
 	rig_add(&r, server_new());
 	server_set(r.srv[0], 0, 3000);
-	r.o.hedge_min_delay = 0.05;
+	/* Well above what a fast answer takes on a loaded machine: only the
+	 * slow endpoint's attempts are ever hedged. */
+	r.o.hedge_min_delay = 0.2;
 	rig_start(&r);
 	tcase_init(&tc);
 	/* Two at once: one of them starts on the slow endpoint. */
@@ -1105,6 +1345,42 @@ static void test_budget(void)
 	g_assert_cmpuint(n.reqs_max, <=, 4);
 	g_assert_cmpuint(n.accepts, <=, 4);
 	g_assert_cmpuint(http_queued(r.http), ==, 0);
+	rig_clear(&r);
+	tcase_clear(&tc);
+}
+
+/*
+ * First come, first served across the event threads: with one slot per
+ * thread and a queue, requests start in the order they were submitted;
+ * only requests taken at the same moment by different threads may swap
+ * (by fewer places than there are threads).
+ */
+static void test_fifo(void)
+{
+	struct rig r;
+	struct tcase tc;
+	guint i, swapped = 0;
+
+	rig_init(&r);
+	rig_add(&r, server_new());
+	rig_add(&r, server_new());
+	r.o.max_connections = event_threads;
+	rig_start(&r);
+	tcase_init(&tc);
+	/* Long enough that a thread taking its next request is not outrun
+	 * by another that has already finished one. */
+	submit_n(&tc, r.http, 60, "/x?d=50", FALSE);
+	wait_done(&tc, 60, 30);
+	assert_all_ok(&tc);
+	for (i = 0; i < tc.reqs->len; i++) {
+		struct treq t = t_get(g_ptr_array_index(tc.reqs, i));
+		guint off = t.rank > i ? t.rank - i : i - t.rank;
+
+		g_assert_cmpuint(off, <, event_threads);
+		swapped += off > 0;
+	}
+	g_test_message("%u of 60 started out of place by less than %u", swapped,
+		       event_threads);
 	rig_clear(&r);
 	tcase_clear(&tc);
 }
@@ -1348,25 +1624,72 @@ static void test_stats_threads(void)
 	tcase_clear(&tc);
 }
 
+/*
+ * Every test runs with one event thread and with several ("/http/N/name"):
+ * the budget, ramp-up, ejection, FIFO and hedging hold for the engine as
+ * a whole.
+ */
+struct trun {
+	void (*fn)(void);
+	guint threads;
+};
+
+static void run_with(gconstpointer data)
+{
+	const struct trun *t = data;
+
+	event_threads = t->threads;
+	t->fn();
+	event_threads = 1;
+}
+
+static void add(const char *name, void (*fn)(void), guint threads)
+{
+	struct trun *t = g_new0(struct trun, 1);
+	g_autofree char *path = NULL;
+
+	t->fn = fn;
+	t->threads = threads;
+	path = g_strdup_printf("/http/%u/%s", threads, name);
+	g_test_add_data_func_full(path, t, run_with, g_free);
+}
+
 int main(int argc, char **argv)
 {
+	static const struct {
+		const char *name;
+		void (*fn)(void);
+		guint many; /* the event threads of the second run */
+	} tests[] = {
+		{ "spread", test_spread, 3 },
+		{ "latency-aware", test_latency_aware, 3 },
+		{ "eject", test_eject, 3 },
+		{ "eject-burst", test_eject_burst, 3 },
+		{ "probe-readmits", test_probe_readmits, 3 },
+		{ "probe-fails", test_probe_fails, 3 },
+		{ "all-dead", test_all_dead, 3 },
+		{ "all-ejected-best-rate", test_all_ejected_best_rate, 3 },
+		{ "dead-and-flaky", test_dead_and_flaky, 3 },
+		{ "cause-chain", test_cause_chain, 3 },
+		{ "hedge-wins", test_hedge_wins, 3 },
+		{ "hedge-twin-fails", test_hedge_twin_fails, 3 },
+		{ "hedge-both-fail", test_hedge_both_fail, 3 },
+		{ "hedge-delay", test_hedge_delay, 3 },
+		{ "budget", test_budget, 3 },
+		{ "fifo", test_fifo, 3 },
+		{ "ramp", test_ramp, 3 },
+		/* Two hedged requests fill the four slots: with two threads,
+		 * each runs one and its duplicate in its slice of two. */
+		{ "shutdown", test_shutdown, 2 },
+		{ "stats", test_stats, 3 },
+		{ "stats-threads", test_stats_threads, 3 },
+	};
+	guint i;
+
 	g_test_init(&argc, &argv, NULL);
-	g_test_add_func("/http/spread", test_spread);
-	g_test_add_func("/http/latency-aware", test_latency_aware);
-	g_test_add_func("/http/eject", test_eject);
-	g_test_add_func("/http/eject-burst", test_eject_burst);
-	g_test_add_func("/http/probe-readmits", test_probe_readmits);
-	g_test_add_func("/http/probe-fails", test_probe_fails);
-	g_test_add_func("/http/all-dead", test_all_dead);
-	g_test_add_func("/http/cause-chain", test_cause_chain);
-	g_test_add_func("/http/hedge-wins", test_hedge_wins);
-	g_test_add_func("/http/hedge-twin-fails", test_hedge_twin_fails);
-	g_test_add_func("/http/hedge-both-fail", test_hedge_both_fail);
-	g_test_add_func("/http/hedge-delay", test_hedge_delay);
-	g_test_add_func("/http/budget", test_budget);
-	g_test_add_func("/http/ramp", test_ramp);
-	g_test_add_func("/http/shutdown", test_shutdown);
-	g_test_add_func("/http/stats", test_stats);
-	g_test_add_func("/http/stats-threads", test_stats_threads);
+	for (i = 0; i < G_N_ELEMENTS(tests); i++) {
+		add(tests[i].name, tests[i].fn, 1);
+		add(tests[i].name, tests[i].fn, tests[i].many);
+	}
 	return g_test_run();
 }
