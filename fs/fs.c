@@ -273,6 +273,7 @@ void fs_free(struct fs *fs)
 	emptydirs_free(fs->ed);
 	s3_free(fs->s3);
 	readahead_free(fs->ra);
+	streams_free(fs->streams);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);

@@ -26,6 +26,7 @@
 #include "overlay.h"
 #include "readahead.h"
 #include "s3.h"
+#include "streams.h"
 
 #define GEN_SHIFT 40
 #define ID_MASK	  ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
@@ -62,11 +63,11 @@ struct fs {
 	GHashTable *handles; /* protected by lock: open struct handle set */
 	gboolean stopped;    /* fs_stop() ran; main thread */
 	guint64 next_gen;    /* protected by lock */
-	/* Listing-order detection, protected by lock. */
-	struct index *last_idx; /* not a reference: compared only */
-	index_id last_open;
-	guint streak;
-	index_id announced_to; /* entries up to here were announced */
+	/* Listing-order streams (streams.h) over index entries; made at the
+	 * first open.  Protected by lock. */
+	struct streams *streams;
+	guint64 reads;	     /* atomic: FUSE reads of files */
+	guint64 handed_over; /* atomic: files stored in the page cache */
 };
 
 /* An open file: its key (for logs) and its readahead handle. */

@@ -14,8 +14,6 @@
 
 #define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
-/* Files fetched ahead of one opened in listing order. */
-#define LISTING_AHEAD 16
 
 /* -- attributes --------------------------------------------------------- */
 
@@ -299,8 +297,10 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size,
 
 /* -- files -------------------------------------------------------------- */
 
-/* Announces file @id of @idx to the readahead engine. */
-static void announce(struct fs *fs, struct index *idx, index_id id)
+/* Announces file @id of @idx to the readahead engine, as a promise (a
+ * hint) or as a @guess (a stream's lookahead). */
+static void announce_entry(struct fs *fs, struct index *idx, index_id id,
+			   gboolean guess)
 {
 	struct index_attr a;
 	g_autofree char *key = NULL;
@@ -313,34 +313,43 @@ static void announce(struct fs *fs, struct index *idx, index_id id)
 		return; /* not an entry */
 	key = index_key(idx, id);
 	etag = index_etag(idx, id);
-	readahead_prefetch(fs->ra, key, etag, a.size);
+	if (guess)
+		readahead_guess(fs->ra, key, etag, a.size);
+	else
+		readahead_prefetch(fs->ra, key, etag, a.size);
+}
+
+static void announce(struct fs *fs, struct index *idx, index_id id)
+{
+	announce_entry(fs, idx, id, FALSE);
 }
 
 /*
- * Files opened in listing order (cp -r, tar, cat *) have consecutive
- * entries: after a few, fetch the next ones ahead.
+ * Files opened in listing order (cp -r, tar, cat *; a data loader's
+ * workers, each on its own run of files) have consecutive entries: the
+ * stream detector says which to fetch ahead.  @reader is the opening
+ * thread: a loader worker's jump to its next batch is learned per reader.
  */
-static void follow_listing(struct fs *fs, struct index *idx, index_id id)
+static void follow_listing(struct fs *fs, struct index *idx, index_id id,
+			   guint64 reader)
 {
-	index_id from = 0, to = 0, i;
+	g_autoptr(GArray) ahead = g_array_new(FALSE, FALSE, sizeof(guint64));
+	guint i;
 
 	g_mutex_lock(&fs->lock);
-	if (fs->last_idx == idx && id == fs->last_open + 1) {
-		fs->streak++;
-	} else {
-		fs->streak = 0;
-		fs->announced_to = id;
+	if (!fs->streams) {
+		/* The streams share the guesses' depth (readahead.h). */
+		struct streams_options o = {
+			.budget = readahead_guess_depth(fs->ra),
+		};
+
+		fs->streams = streams_new(&o);
 	}
-	fs->last_idx = idx;
-	fs->last_open = id;
-	if (fs->streak >= 2 && fs->announced_to < id + LISTING_AHEAD) {
-		from = MAX(fs->announced_to, id) + 1;
-		to = id + LISTING_AHEAD;
-		fs->announced_to = to;
-	}
+	/* Entries of another index are another sequence. */
+	streams_open(fs->streams, (guint64)(guintptr)idx, id, reader, ahead);
 	g_mutex_unlock(&fs->lock);
-	for (i = from; from && i <= to; i++)
-		announce(fs, idx, i);
+	for (i = 0; i < ahead->len; i++)
+		announce_entry(fs, idx, g_array_index(ahead, guint64, i), TRUE);
 }
 
 /*
@@ -362,6 +371,36 @@ static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 	default:
 		return size <= readahead_whole_max(fs->ra);
 	}
+}
+
+/*
+ * Hands the bytes of @rf's object to the kernel's page cache for node
+ * @ino, if the object is fetched whole, here already (fetched ahead) and
+ * no other file is open on it; TRUE if it did.  The kernel then answers
+ * every read itself: DLIO's reads of 4 KiB, 60 KiB and 64 KiB are a FUSE
+ * round trip each otherwise.  Only while the node's pages can be trusted
+ * (it is of the current index), and not with direct_io=all.  From open,
+ * before the reply: no read of this file is in flight, and none of
+ * another file (none is open), so no page is locked under the store.
+ */
+static gboolean hand_over(struct fs *fs, fuse_ino_t ino, struct ra_file *rf,
+			  guint64 size)
+{
+	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
+	g_autoptr(GBytes) whole = NULL;
+	gboolean alone = FALSE;
+
+	if (!fs->se || fs->opts.direct_io == FS_DIRECT_IO_ALL || size == 0 ||
+	    size > readahead_whole_max(fs->ra) || !is_current(fs, ino))
+		return FALSE;
+	whole = readahead_peek_whole(rf, &alone);
+	if (!whole || !alone || g_bytes_get_size(whole) != size)
+		return FALSE;
+	bv.buf[0].mem = (void *)g_bytes_get_data(whole, NULL);
+	if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0) != 0)
+		return FALSE;
+	__atomic_add_fetch(&fs->handed_over, 1, __ATOMIC_RELAXED);
+	return TRUE;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -396,11 +435,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 		h->rf = readahead_open(fs->ra, h->key, etag, a.size);
 	}
-	follow_listing(fs, idx, id);
+	follow_listing(fs, idx, id, (guint64)fuse_req_ctx(req)->pid);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	/* Pages stay valid while the object can't change under the index:
 	 * the GET's If-Match guarantees it. */
-	fi->direct_io = bypasses_page_cache(fs, a.size);
+	fi->direct_io = !hand_over(fs, ino, h->rf, a.size) &&
+			bypasses_page_cache(fs, a.size);
 	fi->keep_cache = !fi->direct_io && is_current(fs, ino);
 	fi->noflush = 1;
 	if (fuse_reply_open(req, fi) != 0)
@@ -496,6 +536,7 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rc = g_new0(struct read_call, 1);
 	rc->req = req;
 	rc->key = g_strdup(h->key);
+	__atomic_add_fetch(&data(req)->reads, 1, __ATOMIC_RELAXED);
 	/* Before the read starts: it may end (and free @rc) at once. */
 	fuse_req_interrupt_func(req, read_interrupted, rc);
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
@@ -572,7 +613,17 @@ static void reply_sized(fuse_req_t req, const char *value, size_t len,
 #define XATTR_PREFETCH "user.bucketfs.prefetch"
 static const char root_xattrs[] = "user.s3.key\0user.s3.uri\0" XATTR_STATS "\0";
 
-/* Live counters as JSON: per endpoint, and the readahead engine's. */
+static void get_stream_stats(struct fs *fs, struct streams_stats *out)
+{
+	memset(out, 0, sizeof(*out));
+	g_mutex_lock(&fs->lock);
+	if (fs->streams)
+		streams_get_stats(fs->streams, out);
+	g_mutex_unlock(&fs->lock);
+}
+
+/* Live counters as JSON: per endpoint, the readahead engine's, and the
+ * stream detector's. */
 static char *stats_json(struct fs *fs)
 {
 	struct http *http = s3_get_http(fs->s3);
@@ -580,6 +631,7 @@ static char *stats_json(struct fs *fs)
 	g_autofree struct http_endpoint_stats *es =
 		g_new0(struct http_endpoint_stats, n);
 	struct ra_stats rs;
+	struct streams_stats ss;
 	GString *out = g_string_new("{\"endpoints\": [");
 
 	http_get_stats(http, es);
@@ -598,6 +650,7 @@ static char *stats_json(struct fs *fs)
 			es[i].inflight, es[i].ejected ? "true" : "false",
 			es[i].p50_ms, es[i].p99_ms);
 	readahead_get_stats(fs->ra, &rs);
+	get_stream_stats(fs, &ss);
 	g_string_append_printf(
 		out,
 		"],\n \"queued\": %u,\n \"readahead\": {\"objects_fetched\": "
@@ -606,12 +659,35 @@ static char *stats_json(struct fs *fs)
 		", \"prefetch_hits\": %" G_GUINT64_FORMAT
 		", \"prefetch_wasted\": %" G_GUINT64_FORMAT
 		", \"prefetch_late\": %" G_GUINT64_FORMAT
-		", \"prefetch_queued\": %u, \"memory_used\": %" G_GUINT64_FORMAT
-		", \"memory_max\": %" G_GUINT64_FORMAT "}}\n",
+		", \"prefetch_queued\": %u, \"prefetch_unopened\": %u"
+		", \"stream_fetched\": %" G_GUINT64_FORMAT
+		", \"stream_hits\": %" G_GUINT64_FORMAT
+		", \"stream_wasted\": %" G_GUINT64_FORMAT
+		", \"stream_late\": %" G_GUINT64_FORMAT
+		", \"memory_used\": %" G_GUINT64_FORMAT
+		", \"memory_max\": %" G_GUINT64_FORMAT "},\n",
 		http_queued(http), rs.objects_fetched, rs.parts_fetched,
 		rs.direct_reads, rs.prefetch_hits, rs.prefetch_wasted,
-		rs.prefetch_late, rs.prefetch_queued, rs.memory_used,
-		rs.memory_max);
+		rs.prefetch_late, rs.prefetch_queued, rs.prefetch_unopened,
+		rs.stream_fetched, rs.stream_hits, rs.stream_wasted,
+		rs.stream_late, rs.memory_used, rs.memory_max);
+	g_string_append_printf(
+		out,
+		" \"files\": {\"reads\": %" G_GUINT64_FORMAT
+		", \"handed_over\": %" G_GUINT64_FORMAT "},\n",
+		__atomic_load_n(&fs->reads, __ATOMIC_RELAXED),
+		__atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED));
+	g_string_append_printf(
+		out,
+		" \"streams\": {\"opens\": %" G_GUINT64_FORMAT
+		", \"continued\": %" G_GUINT64_FORMAT
+		", \"confirmed\": %" G_GUINT64_FORMAT
+		", \"announced\": %" G_GUINT64_FORMAT
+		", \"jumps\": %" G_GUINT64_FORMAT
+		", \"batch_len\": %" G_GUINT64_FORMAT
+		", \"batch_jump\": %" G_GUINT64_FORMAT ", \"tracked\": %u}}\n",
+		ss.opens, ss.continued, ss.confirmed, ss.announced, ss.jumps,
+		ss.batch_len, ss.batch_jump, ss.tracked);
 	return g_string_free(out, FALSE);
 }
 
@@ -766,6 +842,7 @@ void log_summary(struct fs *fs)
 	g_autofree struct http_endpoint_stats *es =
 		g_new0(struct http_endpoint_stats, n);
 	struct ra_stats rs;
+	struct streams_stats ss;
 
 	http_get_stats(http, es);
 	for (i = 0; i < n; i++)
@@ -789,4 +866,17 @@ void log_summary(struct fs *fs)
 		" announced files read before their prefetch",
 		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
 		rs.prefetch_hits, rs.prefetch_wasted, rs.prefetch_late);
+	get_stream_stats(fs, &ss);
+	log_msg(LOG_LEVEL_NOTICE,
+		"streams: %" G_GUINT64_FORMAT " confirmed in %" G_GUINT64_FORMAT
+		" opens, %" G_GUINT64_FORMAT
+		" files guessed ahead, %" G_GUINT64_FORMAT
+		" fetched: %" G_GUINT64_FORMAT " hits, %" G_GUINT64_FORMAT
+		" unused, %" G_GUINT64_FORMAT
+		" unopened at unmount, %" G_GUINT64_FORMAT
+		" opened before their fetch",
+		ss.confirmed, ss.opens, ss.announced, rs.stream_fetched,
+		rs.stream_hits, rs.stream_wasted,
+		rs.stream_fetched - rs.stream_hits - rs.stream_wasted,
+		rs.stream_late);
 }

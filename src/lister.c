@@ -54,8 +54,9 @@ struct range {
 			       * server listed, so stop on seeing it */
 	char *pos;   /* protected by job->lock: the last key of the latest
 		      * page, NULL before the first */
-	char *bound; /* protected by job->lock: above every key of an open
-		      * range, once a probe showed it; NULL unknown */
+	char *bound; /* protected by job->lock: no key lies between it and
+		      * upto (above it, when open), as probes showed; NULL
+		      * unknown.  Where cuts are aimed below. */
 	gboolean started, done; /* protected by job->lock */
 	GError *error;		/* protected by job->lock */
 	/* The range's own worker's until done, then the feeder's: */
@@ -224,13 +225,12 @@ static char *find_cut(struct job *job, const char *lo, const char *hi,
 			}
 			return g_steal_pointer(&mid);
 		}
-		/* Nothing between mid and the end: look lower. */
+		/* Nothing between mid and the end: look lower, and remember
+		 * it for the next try. */
 		g_free(top);
 		top = g_steal_pointer(&mid);
-		if (open) {
-			g_free(*bound);
-			*bound = g_strdup(top);
-		}
+		g_free(*bound);
+		*bound = g_strdup(top);
 	}
 	return NULL;
 }
@@ -242,7 +242,7 @@ static char *find_cut(struct job *job, const char *lo, const char *hi,
 static glong range_width(const struct range *r)
 {
 	const char *lo = r->pos ? r->pos : r->after;
-	const char *hi = r->upto ? r->upto : r->bound;
+	const char *hi = r->bound ? r->bound : r->upto;
 
 	if (!lo)
 		return -1; /* nothing listed yet: nothing to aim at */
@@ -284,8 +284,11 @@ static void split_failed(struct job *job, GError *error)
 		  s3_bucket(job->s3), p, job->ranges->len);
 }
 
-/* Cuts range @at at @cut.  Under job->lock. */
-static void apply_cut(struct job *job, guint at, char *cut, gboolean listed)
+/*
+ * Cuts range @at at @cut (taken); FALSE when its worker got there first.
+ * Under job->lock.
+ */
+static gboolean apply_cut(struct job *job, guint at, char *cut, gboolean listed)
 {
 	struct range *r = g_ptr_array_index(job->ranges, at);
 	const char *lo = r->pos ? r->pos : r->after;
@@ -293,8 +296,8 @@ static void apply_cut(struct job *job, guint at, char *cut, gboolean listed)
 
 	if (r->done || (lo && strcmp(cut, lo) <= 0) ||
 	    (r->upto && strcmp(cut, r->upto) >= 0)) {
-		g_free(cut); /* the range's worker got there first */
-		return;
+		g_free(cut);
+		return FALSE;
 	}
 	upper = range_new(cut, r->upto, r->upto_listed);
 	upper->bound = g_steal_pointer(&r->bound);
@@ -302,6 +305,7 @@ static void apply_cut(struct job *job, guint at, char *cut, gboolean listed)
 	g_free(r->upto);
 	r->upto = cut;
 	r->upto_listed = listed;
+	return TRUE;
 }
 
 /*
@@ -320,12 +324,13 @@ static void try_split(struct job *job)
 	gboolean open, listed;
 	char *cut;
 
+	/* Until a cut is made, the next try waits for more pages. */
 	job->retry_at = job->pages + PROBE_SHARE;
 	if (at < 0)
 		return;
 	r = g_ptr_array_index(job->ranges, at);
 	lo = g_strdup(r->pos ? r->pos : r->after);
-	hi = g_strdup(r->upto ? r->upto : r->bound);
+	hi = g_strdup(r->bound ? r->bound : r->upto);
 	open = !r->upto;
 	first = g_strdup(job->first_key ? job->first_key : lo);
 	if (!keyspace_clean(lo) || (hi && !keyspace_clean(hi)))
@@ -341,17 +346,19 @@ static void try_split(struct job *job)
 	for (guint i = 0; i < job->ranges->len; i++)
 		if (g_ptr_array_index(job->ranges, i) == r)
 			at = i;
-	if (bound && !r->upto && !r->bound)
+	if (bound && (!r->bound || strcmp(bound, r->bound) < 0)) {
+		g_free(r->bound);
 		r->bound = g_steal_pointer(&bound);
+	}
 	g_free(bound);
 	if (error) {
 		split_failed(job, error);
 		g_error_free(error);
 	}
-	if (cut && at >= 0)
-		apply_cut(job, at, cut, listed);
-	else
+	if (cut && at < 0)
 		g_free(cut);
+	else if (cut && apply_cut(job, at, cut, listed))
+		job->retry_at = job->pages; /* cut: try again at once */
 	g_cond_broadcast(&job->cond);
 }
 

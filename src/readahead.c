@@ -25,6 +25,9 @@
 #define DEF_PREFETCH_DEPTH 64
 #define SEEK_TOLERANCE	   (1u << 20)
 #define STALE_PREFETCH_US  (30 * G_USEC_PER_SEC)
+/* Guesses fetched ahead and unopened, per prefetch_depth: one per file a
+ * loader's streams can run ahead of (DLIO's 32 at 20 ms need ~8 each). */
+#define GUESS_DEPTH_FACTOR 4
 
 enum state { FETCHING, READY, FAILED };
 
@@ -42,7 +45,9 @@ struct object {
 	char *etag;
 	guint64 size;
 	guint refs;	    /* under ra->lock */
+	guint handles;	    /* the files open on it; under ra->lock */
 	gboolean announced; /* fetched for readahead_prefetch(), unopened */
+	gboolean guess;	    /* ... for readahead_guess() */
 	gint64 ready_at;
 	enum state state;
 	GBytes *data;
@@ -89,6 +94,7 @@ struct announce {
 	char *key;
 	char *etag;
 	guint64 size;
+	gboolean guess; /* readahead_guess() */
 };
 
 struct readahead {
@@ -101,11 +107,13 @@ struct readahead {
 	 * their fetch started: pump() drops that many, the oldest, instead
 	 * of fetching again what was read already.  Under lock. */
 	GHashTable *overtaken;
-	GHashTable *queued; /* key -> its announcements in announced */
-	GQueue unopened;    /* of struct object *: announced, not opened,
-			     * in order; each holds a reference */
-	guint64 mem_used;   /* under lock */
-	struct ra_stats st; /* under lock */
+	GHashTable *queued;	/* key -> its announcements in announced */
+	GHashTable *guesses;	/* keys with a guess in announced (one each) */
+	guint unopened_guesses; /* of those in unopened; under lock */
+	GQueue unopened;	/* of struct object *: announced, not opened,
+				 * in order; each holds a reference */
+	guint64 mem_used;	/* under lock */
+	struct ra_stats st;	/* under lock */
 };
 
 /* -- small objects ------------------------------------------------------ */
@@ -152,7 +160,8 @@ static void serve(GBytes *data, const GError *error, guint64 off, gsize size,
 	done(p + off, MIN(size, len - off), NULL, user);
 }
 
-static void start_object(struct readahead *ra, struct object *obj);
+static void start_object(struct readahead *ra, struct object *obj,
+			 gboolean hedge);
 static void pump(struct readahead *ra);
 
 static void object_done(GBytes *data, const struct s3_object_meta *meta,
@@ -191,9 +200,14 @@ static void object_done(GBytes *data, const struct s3_object_meta *meta,
 	g_mutex_unlock(&ra->lock);
 }
 
-/* Under ra->lock: a new object, held once by @holder and by its fetch. */
+/*
+ * Under ra->lock: a new object, held once by @holder and by its fetch.
+ * Fetched @ahead of its open (announced), its GET is not hedged: it has
+ * time to spare, and a duplicate would add load just when the endpoints
+ * are slow.
+ */
 static struct object *object_new(struct readahead *ra, const char *key,
-				 const char *etag, guint64 size)
+				 const char *etag, guint64 size, gboolean ahead)
 {
 	struct object *obj = g_new0(struct object, 1);
 
@@ -206,18 +220,19 @@ static struct object *object_new(struct readahead *ra, const char *key,
 	g_queue_init(&obj->waiters);
 	g_hash_table_insert(ra->objects, obj->key, obj);
 	ra->mem_used += size;
-	start_object(ra, obj);
+	start_object(ra, obj, !ahead);
 	return obj;
 }
 
 /* Under ra->lock (s3_get_async only queues). */
-static void start_object(struct readahead *ra, struct object *obj)
+static void start_object(struct readahead *ra, struct object *obj,
+			 gboolean hedge)
 {
 	struct s3_get_args a = {
 		.length = obj->size,
 		.if_match = obj->etag,
 		.endpoint = -1,
-		.hedge = TRUE,
+		.hedge = hedge,
 	};
 
 	ra->st.objects_fetched++;
@@ -242,6 +257,8 @@ static void drop_stale(struct readahead *ra)
 		g_queue_pop_head(&ra->unopened);
 		obj->announced = FALSE;
 		ra->st.prefetch_wasted++;
+		ra->st.stream_wasted += obj->guess;
+		ra->unopened_guesses -= obj->guess;
 		object_unref(obj);
 	}
 }
@@ -278,7 +295,25 @@ static void consume_announcement(struct readahead *ra, const char *key)
 	    GPOINTER_TO_UINT(g_hash_table_lookup(ra->overtaken, key))) {
 		count_add(ra->overtaken, key, 1);
 		ra->st.prefetch_late++;
+		ra->st.stream_late += g_hash_table_contains(ra->guesses, key);
 	}
+}
+
+/*
+ * Whether @a must wait: as many objects of its kind as its depth allows
+ * (prefetch_depth hints, readahead_guess_depth() guesses) are fetched and
+ * unopened, or the memory budget is reached.  Under lock.
+ */
+static gboolean must_wait(struct readahead *ra, const struct announce *a)
+{
+	guint kind = a->guess ? ra->unopened_guesses
+			      : ra->unopened.length - ra->unopened_guesses;
+
+	if (g_hash_table_contains(ra->overtaken, a->key))
+		return FALSE;
+	return kind >= (a->guess ? readahead_guess_depth(ra)
+				 : ra->o.prefetch_depth) ||
+	       ra->mem_used + a->size > ra->o.memory_max;
 }
 
 /* Starts announced fetches while depth and memory allow.  Under lock. */
@@ -290,39 +325,77 @@ static void pump(struct readahead *ra)
 	while ((a = g_queue_peek_head(&ra->announced))) {
 		struct object *obj;
 
-		if (!g_hash_table_contains(ra->overtaken, a->key) &&
-		    (ra->unopened.length >= ra->o.prefetch_depth ||
-		     ra->mem_used + a->size > ra->o.memory_max))
+		if (must_wait(ra, a))
 			break;
 		g_queue_pop_head(&ra->announced);
 		count_add(ra->queued, a->key, -1);
+		if (a->guess)
+			g_hash_table_remove(ra->guesses, a->key);
 		if (g_hash_table_contains(ra->overtaken, a->key)) {
 			count_add(ra->overtaken, a->key, -1);
 		} else if (!g_hash_table_contains(ra->objects, a->key)) {
-			obj = object_new(ra, a->key, a->etag, a->size);
+			obj = object_new(ra, a->key, a->etag, a->size, TRUE);
 			obj->announced = TRUE;
+			obj->guess = a->guess;
+			ra->st.stream_fetched += a->guess;
+			ra->unopened_guesses += a->guess;
 			g_queue_push_tail(&ra->unopened, obj);
 		}
 		announce_free(a);
 	}
 }
 
-void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
-			guint64 size)
+/*
+ * Whether an announcement of @key (a guess if @guess) would only repeat
+ * one that is pending: a guess repeats anything queued or held (an object
+ * being read needs no fetch for a guess); a hint repeats a guess queued
+ * or fetched and unopened.  Under lock.
+ */
+static gboolean repeats(struct readahead *ra, const char *key, gboolean guess)
+{
+	struct object *obj = g_hash_table_lookup(ra->objects, key);
+
+	if (guess)
+		return obj || g_hash_table_contains(ra->queued, key);
+	return g_hash_table_contains(ra->guesses, key) ||
+	       (obj && obj->announced && obj->guess);
+}
+
+static void announce(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size, gboolean guess)
 {
 	struct announce *a;
 
 	if (size == 0 || size > ra->o.whole_max)
 		return;
+	g_mutex_lock(&ra->lock);
+	if (repeats(ra, key, guess)) {
+		g_mutex_unlock(&ra->lock);
+		return;
+	}
 	a = g_new0(struct announce, 1);
 	a->key = g_strdup(key);
 	a->etag = g_strdup(etag);
 	a->size = size;
-	g_mutex_lock(&ra->lock);
+	a->guess = guess;
 	g_queue_push_tail(&ra->announced, a);
 	count_add(ra->queued, a->key, 1);
+	if (guess)
+		g_hash_table_add(ra->guesses, g_strdup(key));
 	pump(ra);
 	g_mutex_unlock(&ra->lock);
+}
+
+void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
+			guint64 size)
+{
+	announce(ra, key, etag, size, FALSE);
+}
+
+void readahead_guess(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size)
+{
+	announce(ra, key, etag, size, TRUE);
 }
 
 void readahead_forget_prefetches(struct readahead *ra)
@@ -331,6 +404,7 @@ void readahead_forget_prefetches(struct readahead *ra)
 	g_queue_clear_full(&ra->announced, (GDestroyNotify)announce_free);
 	g_hash_table_remove_all(ra->queued);
 	g_hash_table_remove_all(ra->overtaken);
+	g_hash_table_remove_all(ra->guesses);
 	g_mutex_unlock(&ra->lock);
 }
 
@@ -343,8 +417,10 @@ static void file_unref(struct ra_file *f)
 
 	if (--f->refs)
 		return;
-	if (f->obj)
+	if (f->obj) {
+		f->obj->handles--;
 		object_unref(f->obj);
+	}
 	if (f->parts) {
 		GHashTableIter it;
 		struct part *p;
@@ -625,12 +701,15 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 			obj->announced = FALSE;
 			g_queue_remove(&ra->unopened, obj);
 			ra->st.prefetch_hits++;
+			ra->st.stream_hits += obj->guess;
+			ra->unopened_guesses -= obj->guess;
 		} else if (obj) {
 			obj->refs++;
 		} else {
-			obj = object_new(ra, key, etag, size);
+			obj = object_new(ra, key, etag, size, FALSE);
 		}
 		f->obj = obj;
+		obj->handles++;
 		pump(ra);
 	}
 	g_mutex_unlock(&ra->lock);
@@ -695,6 +774,18 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 	}
 }
 
+GBytes *readahead_peek_whole(struct ra_file *f, gboolean *alone)
+{
+	GBytes *data = NULL;
+
+	g_mutex_lock(&f->ra->lock);
+	if (f->obj && f->obj->state == READY)
+		data = g_bytes_ref(f->obj->data);
+	*alone = f->obj && f->obj->handles == 1;
+	g_mutex_unlock(&f->ra->lock);
+	return data;
+}
+
 void readahead_release(struct ra_file *f)
 {
 	struct readahead *ra = f->ra;
@@ -732,6 +823,8 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	ra->overtaken =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	ra->guesses =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	g_queue_init(&ra->announced);
 	g_queue_init(&ra->unopened);
 	return ra;
@@ -740,6 +833,11 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 guint64 readahead_whole_max(const struct readahead *ra)
 {
 	return ra->o.whole_max;
+}
+
+guint readahead_guess_depth(const struct readahead *ra)
+{
+	return ra->o.prefetch_depth * GUESS_DEPTH_FACTOR;
 }
 
 void readahead_free(struct readahead *ra)
@@ -759,6 +857,7 @@ void readahead_free(struct readahead *ra)
 	g_hash_table_unref(ra->objects);
 	g_hash_table_unref(ra->queued);
 	g_hash_table_unref(ra->overtaken);
+	g_hash_table_unref(ra->guesses);
 	g_mutex_clear(&ra->lock);
 	g_free(ra);
 }
@@ -770,5 +869,6 @@ void readahead_get_stats(struct readahead *ra, struct ra_stats *out)
 	out->memory_used = ra->mem_used;
 	out->memory_max = ra->o.memory_max;
 	out->prefetch_queued = ra->announced.length;
+	out->prefetch_unopened = ra->unopened.length;
 	g_mutex_unlock(&ra->lock);
 }

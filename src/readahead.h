@@ -16,6 +16,11 @@
  * spreads them over the endpoints); any other read is one ranged GET of
  * exactly what was asked.
  *
+ * Announcements are promises (readahead_prefetch(): a hint) or guesses
+ * (readahead_guess(): a stream's lookahead, see streams.h); guesses yield
+ * to anything already announced, fetched or open, and have a depth of
+ * their own (readahead_guess_depth()).
+ *
  * Memory: prefetching (announced objects and read-ahead parts) stops while
  * the buffers held reach memory_max, and resumes as they are released;
  * demand reads always proceed, so nothing deadlocks on the budget.
@@ -43,11 +48,16 @@ struct ra_options {
 	guint64 window_max;   /* largest window (64 MiB) */
 	guint64 part_size;    /* one GET of a large object (8 MiB) */
 	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
-	guint prefetch_depth; /* announced objects fetched ahead (64) */
+	guint prefetch_depth; /* announced objects fetched ahead (64);
+			       * guesses: see readahead_guess_depth() */
 };
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);
+
+/* How many guesses may be fetched and unopened at once: 4 x
+ * prefetch_depth (resolved). */
+guint readahead_guess_depth(const struct readahead *ra);
 
 /* Counters, a snapshot.  Plain data. */
 struct ra_stats {
@@ -58,9 +68,15 @@ struct ra_stats {
 	guint64 prefetch_wasted; /* prefetches dropped unopened */
 	guint64 prefetch_late;	 /* announced files opened before their
 				  * prefetch started (not fetched twice) */
-	guint64 memory_used;	 /* bytes held in buffers now */
+	/* The part of the prefetch counters that readahead_guess() made. */
+	guint64 stream_fetched; /* guesses fetched */
+	guint64 stream_hits;
+	guint64 stream_wasted;
+	guint64 stream_late;
+	guint64 memory_used; /* bytes held in buffers now */
 	guint64 memory_max;
-	guint prefetch_queued; /* announced, not yet started */
+	guint prefetch_queued;	 /* announced, not yet started */
+	guint prefetch_unopened; /* fetched (or fetching), not yet opened */
 };
 
 /*
@@ -94,6 +110,13 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		    void *user);
 
 /*
+ * The whole object of @f, if it is fetched whole and here already (a
+ * reference: unref it), else NULL; *@alone says whether @f is the only
+ * file open on it.  Any thread; never blocks.
+ */
+GBytes *readahead_peek_whole(struct ra_file *f, gboolean *alone);
+
+/*
  * Lets go of @f; reads still in flight complete first (their callbacks
  * still run).  Any thread.
  */
@@ -107,6 +130,18 @@ void readahead_release(struct ra_file *f);
  */
 void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
 			guint64 size);
+
+/*
+ * Like readahead_prefetch(), for a guess (a stream's lookahead, see
+ * streams.h) rather than a promise, within readahead_guess_depth()
+ * instead of prefetch_depth: it is dropped if @key is already
+ * announced, being fetched, or open, so that a guess never fetches what a
+ * hint, another guess or a reader already has; and a hint of a key
+ * already guessed is dropped likewise.  Counted in the stream_* counters
+ * too.  Any thread; never blocks.
+ */
+void readahead_guess(struct readahead *ra, const char *key, const char *etag,
+		     guint64 size);
 
 /* Drops every announcement not yet started.  Any thread. */
 void readahead_forget_prefetches(struct readahead *ra);

@@ -419,6 +419,11 @@ static gboolean head_maybe_expired(const struct call *call,
 	       resp->body->len == 0 && used && used->session_token;
 }
 
+static gboolean nonempty(const char *s)
+{
+	return s && *s;
+}
+
 /*
  * "HTTP 503 SlowDown: Please reduce your request rate. (RequestId: X)".
  * HEAD responses have no body, so for them the status alone must speak.
@@ -445,12 +450,16 @@ judge_error(struct call *call, const struct http_response *resp, GError **error)
 					       "%s)",
 					       perr->message);
 	}
-	if (parsed) {
-		g_string_append_printf(msg, " %s", info.code ? info.code : "");
-		if (info.message)
+	/* Ceph RGW sends an empty <Message>, and a body may name no code:
+	 * then the status speaks, as for a body-less reply. */
+	if (parsed && info.request_id && *info.request_id)
+		rid = info.request_id;
+	if (parsed && nonempty(info.code)) {
+		g_string_append_printf(msg, " %s", info.code);
+		if (nonempty(info.message))
 			g_string_append_printf(msg, ": %s", info.message);
-		if (info.request_id)
-			rid = info.request_id;
+	} else if (parsed && nonempty(info.message)) {
+		g_string_append_printf(msg, ": %s", info.message);
 	} else if (resp->status == 404) {
 		g_string_append(msg, " Not Found (no such key or bucket)");
 	} else if (resp->status == 403) {

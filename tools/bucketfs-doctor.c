@@ -3,7 +3,8 @@
  * bucketfs-doctor - preflight of everything a mount depends on: every
  * endpoint (DNS, TCP, TLS/HTTP, a signed ListObjectsV2, one GET, clock
  * skew), the credentials, the descriptor limit and /dev/fuse.  Each check
- * prints ✓ or ✗, the whole cause and the fix.
+ * prints ✓ or ✗, the whole cause and the fix; ⚠ marks a server quirk or a
+ * layout that works but deserves a note, and fails nothing.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +20,8 @@
 
 #include <arpa/inet.h>
 
+#include <curl/curl.h>
+
 #include "config.h"
 #include "credentials.h"
 #include "error.h"
@@ -31,12 +34,16 @@
 #define FD_RESERVE	32
 #define DOCTOR_ATTEMPTS 3
 #define GET_PROBE_BYTES (1u << 20)
+/* After a reply's headers, how long the ping waits for stray body bytes. */
+#define PING_LINGER_MS 300
+#define PING_MAX_BYTES 65536
 
 struct doctor {
 	struct config cfg;
 	struct s3 *s3;
 	guint checks;
 	guint failed;
+	guint warned;
 };
 
 static void report(struct doctor *d, gboolean ok, const char *indent,
@@ -47,6 +54,18 @@ static void report(struct doctor *d, gboolean ok, const char *indent,
 		d->failed++;
 	printf("%s%s %s: %s\n", indent, ok ? "✓" : "✗", what, detail);
 	if (!ok && fix)
+		printf("%s    fix: %s\n", indent, fix);
+	fflush(stdout);
+}
+
+/* A check that passed with a note: counted as passed. */
+static void warn(struct doctor *d, const char *indent, const char *what,
+		 const char *detail, const char *fix)
+{
+	d->checks++;
+	d->warned++;
+	printf("%s⚠ %s: %s\n", indent, what, detail);
+	if (fix)
 		printf("%s    fix: %s\n", indent, fix);
 	fflush(stdout);
 }
@@ -199,15 +218,180 @@ static gboolean check_tcp(struct doctor *d, const struct target *t,
 	return FALSE;
 }
 
-static void check_http(struct doctor *d, guint i, const struct target *t)
-{
-	g_autoptr(GError) error = NULL;
-	double t0 = now_s();
-	long status = 0;
+/* What an unsigned HEAD / on a connection of its own got back. */
+struct ping {
+	long status;
+	gsize extra; /* bytes after the reply's headers: a HEAD has none */
+	gboolean chunked;
+};
 
-	if (!s3_ping(d->s3, (int)i, &status, &error)) {
-		report(d, FALSE, "  ", t->tls ? "TLS + HTTP" : "HTTP",
-		       error->message,
+/* Waits until curl's socket @fd can be read (or written); FALSE on
+ * timeout.  Returns at once if @fd is unknown. */
+static gboolean ping_wait(curl_socket_t fd, gboolean out, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = out ? POLLOUT : POLLIN };
+
+	return fd == CURL_SOCKET_BAD || poll(&p, 1, ms) > 0;
+}
+
+static gboolean ping_send(CURL *easy, curl_socket_t fd, const char *req, int ms,
+			  GError **error)
+{
+	gsize len = strlen(req), done = 0;
+
+	while (done < len) {
+		size_t n = 0;
+		CURLcode rc = curl_easy_send(easy, req + done, len - done, &n);
+
+		if (rc == CURLE_AGAIN) {
+			if (!ping_wait(fd, TRUE, ms)) {
+				g_set_error(error, BFS_ERROR, ETIMEDOUT,
+					    "sending HEAD /: no progress in "
+					    "%d ms",
+					    ms);
+				return FALSE;
+			}
+			continue;
+		}
+		if (rc != CURLE_OK) {
+			g_set_error(error, BFS_ERROR, EIO,
+				    "sending HEAD /: curl %d (%s)", rc,
+				    curl_easy_strerror(rc));
+			return FALSE;
+		}
+		done += n;
+	}
+	return TRUE;
+}
+
+/* Reads the reply into @buf: its headers, then whatever follows them
+ * within PING_LINGER_MS, up to the server's close. */
+static gboolean ping_recv(CURL *easy, curl_socket_t fd, GString *buf, int ms,
+			  GError **error)
+{
+	char chunk[4096];
+
+	while (buf->len < PING_MAX_BYTES) {
+		gboolean have_head = strstr(buf->str, "\r\n\r\n") != NULL;
+		size_t n = 0;
+		CURLcode rc = curl_easy_recv(easy, chunk, sizeof(chunk), &n);
+
+		if (rc == CURLE_AGAIN) {
+			if (ping_wait(fd, FALSE,
+				      have_head ? PING_LINGER_MS : ms))
+				continue;
+			if (have_head)
+				return TRUE;
+			g_set_error(error, BFS_ERROR, ETIMEDOUT,
+				    "no reply to HEAD / in %d ms", ms);
+			return FALSE;
+		}
+		if (rc != CURLE_OK && !have_head) {
+			g_set_error(error, BFS_ERROR, EIO,
+				    "reading the reply to HEAD /: curl %d (%s)",
+				    rc, curl_easy_strerror(rc));
+			return FALSE;
+		}
+		if (rc != CURLE_OK || n == 0)
+			break; /* closed */
+		g_string_append_len(buf, chunk, n);
+	}
+	if (!strstr(buf->str, "\r\n\r\n")) {
+		g_set_error(error, BFS_ERROR, EPROTO,
+			    "the reply to HEAD / ended before its headers "
+			    "(%" G_GSIZE_FORMAT " bytes)",
+			    buf->len);
+		return FALSE;
+	}
+	return TRUE;
+}
+
+static gboolean ping_parse(const GString *buf, struct ping *p, GError **error)
+{
+	const char *end = strstr(buf->str, "\r\n\r\n");
+	g_autofree char *head = g_ascii_strdown(buf->str, end - buf->str);
+	const char *te = strstr(head, "\r\ntransfer-encoding:");
+
+	if (sscanf(head, "http/%*d.%*d %ld", &p->status) != 1) {
+		g_autofree char *line =
+			g_strndup(buf->str, strcspn(buf->str, "\r\n"));
+		g_autofree char *shown = log_escape(line, -1);
+
+		g_set_error(error, BFS_ERROR, EPROTO,
+			    "the reply to HEAD / is not HTTP: '%s'", shown);
+		return FALSE;
+	}
+	if (te) {
+		const char *eol = strstr(te + 2, "\r\n");
+
+		p->chunked = g_strstr_len(te, eol ? eol - te : -1, "chunked") !=
+			     NULL;
+	}
+	p->extra = buf->len - (end + 4 - buf->str);
+	return TRUE;
+}
+
+/*
+ * An unsigned "HEAD /" on a connection of its own, closed afterwards, with
+ * the request written by hand over curl's connection (TLS verified as the
+ * mount does it): then every byte of the reply can be seen, and a server
+ * that sends a body after a HEAD reply (Ceph RGW 16.2: a chunked
+ * "0\r\n\r\n", tracker 66938) spoils no connection the next checks use.
+ */
+static gboolean ping(struct doctor *d, const char *url, const struct target *t,
+		     struct ping *p, GError **error)
+{
+	int ms = (int)(d->cfg.connect_timeout * 1000);
+	g_autofree char *host =
+		strchr(t->host, ':')
+			? g_strdup_printf("[%s]:%s", t->host, t->port)
+			: g_strdup_printf("%s:%s", t->host, t->port);
+	g_autofree char *req = g_strdup_printf(
+		"HEAD / HTTP/1.1\r\nHost: %s\r\nUser-Agent: "
+		"bucketfs-doctor/%s\r\nConnection: close\r\n\r\n",
+		host, BUCKETFS_VERSION);
+	g_autoptr(GString) buf = g_string_new(NULL);
+	curl_socket_t fd = CURL_SOCKET_BAD;
+	CURL *easy = curl_easy_init();
+	gboolean ok = FALSE;
+	CURLcode rc;
+
+	if (!easy) {
+		g_set_error(error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
+		return FALSE;
+	}
+	curl_easy_setopt(easy, CURLOPT_URL, url);
+	curl_easy_setopt(easy, CURLOPT_CONNECT_ONLY, 1L);
+	curl_easy_setopt(easy, CURLOPT_CONNECTTIMEOUT_MS, (long)ms);
+	if (d->cfg.ca_file)
+		curl_easy_setopt(easy, CURLOPT_CAINFO, d->cfg.ca_file);
+	rc = curl_easy_perform(easy);
+	if (rc != CURLE_OK) {
+		g_set_error(error, BFS_ERROR, EIO, "HEAD %s/: curl %d (%s)",
+			    url, rc, curl_easy_strerror(rc));
+		goto out;
+	}
+	curl_easy_getinfo(easy, CURLINFO_ACTIVESOCKET, &fd);
+	ok = ping_send(easy, fd, req, ms, error) &&
+	     ping_recv(easy, fd, buf, ms, error) && ping_parse(buf, p, error);
+	if (!ok)
+		g_prefix_error(error, "HEAD %s/: ", url);
+out:
+	curl_easy_cleanup(easy);
+	return ok;
+}
+
+static void check_http(struct doctor *d, const char *url,
+		       const struct target *t)
+{
+	const char *what = t->tls ? "TLS + HTTP" : "HTTP";
+	g_autoptr(GError) error = NULL;
+	g_autofree char *detail = NULL;
+	struct ping p = { 0 };
+	double t0 = now_s();
+
+	if (!ping(d, url, t, &p, &error)) {
+		report(d, FALSE, "  ", what, error->message,
 		       t->tls ? "for a private CA give -o ca_file=PATH or "
 				"AWS_CA_BUNDLE; check the certificate's name "
 				"matches the endpoint host"
@@ -215,14 +399,25 @@ static void check_http(struct doctor *d, guint i, const struct target *t)
 				"https) on that port");
 		return;
 	}
+	detail = g_strdup_printf("%sHEAD / answered HTTP %ld in %.1f ms",
+				 t->tls ? "handshake verified; " : "", p.status,
+				 (now_s() - t0) * 1e3);
+	if (!p.extra) {
+		report(d, TRUE, "  ", what, detail, NULL);
+		return;
+	}
 	{
-		g_autofree char *detail =
-			g_strdup_printf("%sHEAD / answered HTTP %ld in %.1f ms",
-					t->tls ? "handshake verified; " : "",
-					status, (now_s() - t0) * 1e3);
+		g_autofree char *quirk = g_strdup_printf(
+			"%s, and then %" G_GSIZE_FORMAT " bytes of body%s, "
+			"which a reply to HEAD must not have: a client that "
+			"sent its next request on this connection would read "
+			"them as its reply (curl 1 \"Received HTTP/0.9\").  "
+			"A server quirk (Ceph RGW 16.2, tracker 66938); this "
+			"check used a connection of its own, and bucketfs "
+			"never sends HEAD /",
+			detail, p.extra, p.chunked ? " (chunked)" : "");
 
-		report(d, TRUE, "  ", t->tls ? "TLS + HTTP" : "HTTP", detail,
-		       NULL);
+		warn(d, "  ", what, quirk, NULL);
 	}
 }
 
@@ -349,13 +544,63 @@ static void check_endpoint(struct doctor *d, guint i, const char *url)
 	printf("endpoint %s\n", url);
 	target_parse(url, &t);
 	if (check_dns(d, &t, &ais) && check_tcp(d, &t, ais))
-		check_http(d, i, &t);
+		check_http(d, url, &t);
 	/* The signed request runs regardless: its cause chain names the
 	 * endpoint and every attempt, which is what a log reader needs. */
 	check_s3(d, i);
 	if (ais)
 		freeaddrinfo(ais);
 	target_clear(&t);
+}
+
+/* -- the bucket's layout ------------------------------------------------ */
+
+/* Whether PREFIX+@dir holds a key (one-key LIST on endpoint 0); -1 when
+ * the LIST fails (the endpoint checks have reported that already). */
+static int has_keys(struct doctor *d, const char *dir)
+{
+	g_autofree char *prefix = g_strconcat(d->cfg.prefix, dir, NULL);
+	struct s3_list_args la = { .prefix = prefix, .max_keys = 1 };
+	struct s3_object_meta meta = { 0 };
+	g_autoptr(GError) error = NULL;
+	struct s3_list_page *page = s3_list(d->s3, &la, &meta, &error);
+	int n;
+
+	s3_object_meta_clear(&meta);
+	if (!page)
+		return -1;
+	n = page->objects->len > 0;
+	s3_list_page_free(page);
+	return n;
+}
+
+/*
+ * DLIO (and MLPerf Storage) read DATA/train/ and also open DATA/valid/,
+ * which S3 cannot hold empty: a mount of a bucket with train/ and no
+ * valid/ fails their run with ENOENT.  A warning, with the fix, unless
+ * -o empty_dirs= declares valid.
+ */
+static void check_dlio_layout(struct doctor *d)
+{
+	g_autofree char *detail = NULL;
+
+	if (has_keys(d, "train/") != 1 || has_keys(d, "valid/") != 0)
+		return;
+	if (d->cfg.empty_dirs &&
+	    g_ptr_array_find_with_equal_func(d->cfg.empty_dirs, "valid",
+					     g_str_equal, NULL)) {
+		detail = g_strdup_printf("s3://%s/%svalid/ has no key; "
+					 "-o empty_dirs=valid declares it",
+					 d->cfg.bucket, d->cfg.prefix);
+		report(d, TRUE, "", "DLIO layout", detail, NULL);
+		return;
+	}
+	detail = g_strdup_printf(
+		"s3://%s/%strain/ has keys and s3://%s/%svalid/ none: DLIO and "
+		"MLPerf Storage open valid/ too, and would stop with ENOENT",
+		d->cfg.bucket, d->cfg.prefix, d->cfg.bucket, d->cfg.prefix);
+	warn(d, "", "DLIO layout", detail,
+	     "mount with -o empty_dirs=valid (an empty valid/ directory)");
 }
 
 /* -- host checks -------------------------------------------------------- */
@@ -478,8 +723,10 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 		     "ListObjectsV2, one GET, clock skew), the credentials, "
 		     "the persisted index, the descriptor limit and "
 		     "/dev/fuse, and names the cause "
-		     "and the fix of each failure.  Exit status 0 when every "
-		     "check passes, 1 when one fails, 2 on bad usage.");
+		     "and the fix of each failure; a server quirk or a "
+		     "layout worth a note is a warning, not a failure.  "
+		     "Exit status 0 when every check passes, 1 when one "
+		     "fails, 2 on bad usage.");
 	g_option_context_set_description(ctx, config_options_help());
 	g_option_context_add_main_entries(ctx, entries, NULL);
 	if (!g_option_context_parse(ctx, &argc, &argv, error))
@@ -538,13 +785,18 @@ int main(int argc, char **argv)
 		report(&d, FALSE, "", "client", error->message, NULL);
 	for (i = 0; d.s3 && s3_endpoints(d.s3)[i]; i++)
 		check_endpoint(&d, i, s3_endpoints(d.s3)[i]);
+	if (d.s3)
+		check_dlio_layout(&d);
 	check_index(&d);
 	check_fds(&d);
 	check_fuse(&d);
 	if (d.failed)
-		printf("✗ %u of %u checks failed\n", d.failed, d.checks);
+		printf("✗ %u of %u checks failed", d.failed, d.checks);
 	else
-		printf("✓ all %u checks passed\n", d.checks);
+		printf("✓ all %u checks passed", d.checks);
+	if (d.warned)
+		printf(" (%u with a warning)", d.warned);
+	printf("\n");
 	s3_free(d.s3);
 	config_clear(&d.cfg);
 	log_shutdown();

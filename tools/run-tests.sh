@@ -4,7 +4,8 @@
 # loopback), first in a normal build with warnings as errors, then again in
 # an ASan+UBSan build, then the unit and integration tests in a TSan build
 # (clang), then the libFuzzer targets for a bounded time (clang,
-# tests/fuzz).  Ends with one line "tests: N passed, N failed, N skipped".
+# tests/fuzz).  One Ceph RGW (tests/rgw/rgw.sh) serves every build's
+# integration tests and is stopped at the end, also on failure.  Ends with one line "tests: N passed, N failed, N skipped".
 #
 #   tools/run-tests.sh [--no-setup] [--no-sanitize] [--no-tsan] [--no-fuzz]
 #                      [MESON_TEST_ARGS...]
@@ -47,6 +48,28 @@ builds=(build)
 [ "$sanitize" = 1 ] && builds+=(build-asan)
 [ "$tsan" = 1 ] && builds+=(build-tsan)
 [ "$fuzz" = 1 ] && builds+=(build-fuzz)
+
+# One Ceph RGW for the whole run (tests/rgw/rgw.sh): the integration
+# tests of every build use it through BFS_RGW_* (harness.RGW), each in a
+# bucket of its own.  If it cannot start, the RGW tests start their own
+# and fail with the reason.
+rgw_dir=$(mktemp -d /tmp/bfs-suite-rgw.XXXXXX)
+stop_rgw() {
+	[ -n "$rgw_dir" ] && bash tests/rgw/rgw.sh stop "$rgw_dir"
+	rgw_dir=
+}
+trap stop_rgw EXIT
+trap 'stop_rgw; exit 130' INT TERM
+if bash tests/rgw/rgw.sh start "$rgw_dir"; then
+	set -a
+	# shellcheck disable=SC1091
+	. "$rgw_dir/env"
+	set +a
+else
+	echo "run-tests: Ceph RGW did not start (above); its tests will fail"
+	bash tests/rgw/rgw.sh stop "$rgw_dir"
+	rgw_dir=
+fi
 
 supp=$PWD/tests
 status=0

@@ -1,6 +1,7 @@
 #!/bin/bash
 # Installs what bucketfs needs to build and test on Debian 12, as root:
-# Debian packages through apt-get, and s3rver (the independent test S3
+# Debian packages through apt-get (Ceph RGW's among them, for
+# tests/rgw/rgw.sh), and s3rver (the independent test S3
 # server) from npm into tests/s3rver/node_modules.  Safe to run again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,6 +14,7 @@ packages=(
 	llvm libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
 	libglib2.0-dev python3 python3-botocore curl clang-format
 	debhelper
+	radosgw ceph-mon ceph-osd ceph-common
 )
 # Node.js may come from elsewhere (this machine's nodejs bundles npm, and
 # Debian's npm then conflicts with it): Debian's only when npm is missing.

@@ -6,8 +6,14 @@ Environment (set by meson test, or by hand):
   BFS_SOURCE_DIR  the source tree (the test S3 server)
   BFS_S3RVER      path to the s3rver executable (skips s3rver tests if unset
                   and not found under tests/s3rver/node_modules/.bin)
+  BFS_RGW_URL, BFS_RGW_AK, BFS_RGW_SK, BFS_RGW_DIR
+                  the suite's Ceph RGW (tools/run-tests.sh starts one with
+                  tests/rgw/rgw.sh); unset: each RGW() starts its own
 """
 
+import concurrent.futures
+import hashlib
+import http.client
 import json
 import os
 import re
@@ -18,6 +24,7 @@ import subprocess
 import tempfile
 import time
 import unittest
+import urllib.parse
 import urllib.request
 
 SRC = os.environ.get("BFS_SOURCE_DIR",
@@ -163,29 +170,346 @@ class S3rver:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-def put_object(url, bucket, key, body, ak=AK, sk=SK, region="us-east-1"):
-    """PUTs with botocore's own signer, path-style."""
-    from botocore.auth import S3SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-    import hashlib
-    import http.client
-    import urllib.parse
-
-    path = "/" + urllib.parse.quote(bucket, safe="") + "/" + \
+def key_path(bucket, key):
+    """/BUCKET/KEY, %-escaped for a path-style request line."""
+    return "/" + urllib.parse.quote(bucket, safe="") + "/" + \
         urllib.parse.quote(key.encode() if isinstance(key, str) else key,
                            safe="/~")
-    req = AWSRequest(method="PUT", url=url + path, data=body, headers={
-        "X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()})
-    S3SigV4Auth(Credentials(ak, sk), "s3", region).add_auth(req)
-    u = urllib.parse.urlsplit(url)
-    conn = http.client.HTTPConnection(u.hostname, u.port, timeout=30)
-    conn.request("PUT", path, body=body, headers=dict(req.headers.items()))
-    resp = conn.getresponse()
-    text = resp.read()
-    conn.close()
-    if resp.status != 200:
-        raise RuntimeError(f"PUT {key!r}: HTTP {resp.status}: {text!r}")
+
+
+class NotImplementedByServer(RuntimeError):
+    """The server answered 501 (NotImplemented)."""
+
+
+class Signer:
+    """SigV4-signed requests with botocore's own signer, path-style, on one
+    kept-alive connection per thread user (not thread-safe itself)."""
+
+    def __init__(self, url, ak=AK, sk=SK, region="us-east-1"):
+        self.url, self.ak, self.sk, self.region = url, ak, sk, region
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port = u.hostname, u.port
+        self.conn = None
+
+    def request(self, method, path, body=b"", query="", headers=None):
+        """Returns (status, headers dict lower-cased, body)."""
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        target = path + ("?" + query if query else "")
+        h = {"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
+        h.update(headers or {})
+        req = AWSRequest(method=method, url=self.url + target, data=body,
+                         headers=h)
+        S3SigV4Auth(Credentials(self.ak, self.sk), "s3",
+                    self.region).add_auth(req)
+        for attempt in (1, 2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(self.host, self.port,
+                                                       timeout=60)
+            try:
+                self.conn.request(method, target, body=body,
+                                  headers=dict(req.headers.items()))
+                resp = self.conn.getresponse()
+                text = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # A kept-alive connection the server closed: once more.
+                self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    raise
+        if resp.getheader("connection", "").lower() == "close":
+            self.conn.close()
+            self.conn = None
+        return resp.status, {k.lower(): v for k, v in resp.getheaders()}, text
+
+    def check(self, what, status, expect=(200,)):
+        if status[0] == 501:
+            code = re.search(rb"<Code>([^<]*)</Code>", status[2])
+            raise NotImplementedByServer(
+                f"{what}: HTTP 501 "
+                f"{code.group(1).decode() if code else ''}".rstrip())
+        if status[0] not in expect:
+            raise RuntimeError(f"{what}: HTTP {status[0]}: {status[2]!r}")
+        return status
+
+    def put(self, bucket, key, body):
+        return self.check(f"PUT {key!r}", self.request(
+            "PUT", key_path(bucket, key), body))
+
+    def delete(self, bucket, key):
+        return self.check(f"DELETE {key!r}", self.request(
+            "DELETE", key_path(bucket, key)), (200, 204))
+
+    def create_bucket(self, bucket):
+        self.check(f"PUT bucket {bucket}", self.request(
+            "PUT", "/" + bucket), (200,))
+
+    def multipart(self, bucket, key, parts):
+        """A multipart upload of @parts (bytes each); returns the ETag."""
+        import xml.etree.ElementTree as ET
+        path = key_path(bucket, key)
+        _, _, text = self.check(f"CreateMultipartUpload {key!r}",
+                                self.request("POST", path, query="uploads="))
+        ns = {"s3": "http://s3.amazonaws.com/doc/2006-03-01/"}
+        upload = ET.fromstring(text).find(".//s3:UploadId", ns)
+        if upload is None:
+            upload = ET.fromstring(text).find(".//UploadId")
+        uid = urllib.parse.quote(upload.text, safe="")
+        done = ["<CompleteMultipartUpload>"]
+        for n, part in enumerate(parts, 1):
+            _, h, _ = self.check(f"UploadPart {n} of {key!r}", self.request(
+                "PUT", path, part, query=f"partNumber={n}&uploadId={uid}"))
+            done.append(f"<Part><PartNumber>{n}</PartNumber>"
+                        f"<ETag>{h['etag']}</ETag></Part>")
+        done.append("</CompleteMultipartUpload>")
+        self.check(f"CompleteMultipartUpload {key!r}",
+                   self.request("POST", path, "".join(done).encode(),
+                                query=f"uploadId={uid}"))
+        # The ETag from HEAD: RGW 16.2 completes with an empty <ETag>.
+        _, h, _ = self.check(f"HEAD {key!r}", self.request("HEAD", path))
+        return h["etag"]
+
+    def close(self):
+        if self.conn:
+            self.conn.close()
+            self.conn = None
+
+
+def put_object(url, bucket, key, body, ak=AK, sk=SK, region="us-east-1"):
+    """PUTs with botocore's own signer, path-style."""
+    s = Signer(url, ak, sk, region)
+    try:
+        s.put(bucket, key, body)
+    finally:
+        s.close()
+
+
+def put_objects(url, bucket, objects, ak=AK, sk=SK, workers=16):
+    """PUTs every (key, body) of the dict @objects, @workers at a time, each
+    worker on its own kept-alive connection."""
+    items = list(objects.items())
+    chunks = [items[i::workers] for i in range(workers)]
+
+    def put_chunk(chunk):
+        s = Signer(url, ak, sk)
+        try:
+            for k, v in chunk:
+                s.put(bucket, k, v)
+        finally:
+            s.close()
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as ex:
+        for f in [ex.submit(put_chunk, c) for c in chunks if c]:
+            f.result()
+
+
+def shutdown(*socks):
+    """Shuts both directions of every socket, ignoring closed ones."""
+    for s in socks:
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def relay(src, dst):
+    """Copies @src to @dst until either ends; then shuts both down."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data:
+                break
+            dst.sendall(data)
+    except OSError:
+        pass
+    shutdown(src, dst)
+
+
+class CountingProxy:
+    """A loopback TCP relay in front of an S3 server that counts the
+    requests passing through it, by kind: "LIST" (list-type=2), else the
+    method; "PROBE" counts the LISTs with max-keys=1 once more.  Bytes are relayed unchanged (SigV4 signs the Host header the
+    client sent, which the server then sees), so it works with any server;
+    for the servers that count nothing themselves (s3rver, RGW).  Request
+    bodies are skipped by Content-Length, the only framing bucketfs
+    sends."""
+
+    def __init__(self, upstream):
+        import threading
+        u = urllib.parse.urlsplit(upstream)
+        self.upstream = (u.hostname, u.port)
+        self.lock = threading.Lock()
+        self.counts = {}
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def count(self, kind):
+        with self.lock:
+            return self.counts.get(kind, 0)
+
+    def reset(self):
+        with self.lock:
+            self.counts.clear()
+
+    def _accept(self):
+        import threading
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            try:
+                up = socket.create_connection(self.upstream, timeout=30)
+            except OSError:
+                c.close()
+                continue
+            up.settimeout(None)
+            with self.lock:
+                self.conns += [c, up]
+            threading.Thread(target=self._requests, args=(c, up),
+                             daemon=True).start()
+            threading.Thread(target=relay, args=(up, c),
+                             daemon=True).start()
+
+    def _requests(self, src, dst):
+        buf = b""
+        try:
+            while True:
+                while b"\r\n\r\n" not in buf:
+                    data = src.recv(65536)
+                    if not data:
+                        raise OSError("closed")
+                    buf += data
+                head, _, buf = buf.partition(b"\r\n\r\n")
+                line = head.split(b"\r\n", 1)[0].decode("latin-1")
+                method, target = (line.split(" ") + ["", ""])[:2]
+                kind = "LIST" if re.search(r"[?&]list-type=2(&|$)",
+                                           target) else method
+                probe = kind == "LIST" and re.search(r"[?&]max-keys=1(&|$)",
+                                                     target)
+                with self.lock:
+                    self.counts[kind] = self.counts.get(kind, 0) + 1
+                    if probe:
+                        self.counts["PROBE"] = self.counts.get("PROBE",
+                                                               0) + 1
+                m = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+                left = int(m.group(1)) if m else 0
+                dst.sendall(head + b"\r\n\r\n")
+                while left > 0:
+                    if not buf:
+                        buf = src.recv(min(left, 1 << 20))
+                        if not buf:
+                            raise OSError("closed")
+                    part, buf = buf[:left], buf[left:]
+                    dst.sendall(part)
+                    left -= len(part)
+        except OSError:
+            pass
+        shutdown(src, dst)
+
+    def stop(self):
+        shutdown(self.sock)
+        self.sock.close()
+        with self.lock:
+            shutdown(*self.conns)
+            for c in self.conns:
+                c.close()
+            self.conns = []
+
+
+RGW_SCRIPT = os.path.join(SRC, "tests", "rgw", "rgw.sh")
+
+
+def rgw_start(directory):
+    """tests/rgw/rgw.sh start @directory; returns its env file as a dict.
+    Raises with the script's own account (which daemon, its log tail)."""
+    r = subprocess.run(["bash", RGW_SCRIPT, "start", directory],
+                       capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError(f"Ceph RGW did not start (tests/rgw/rgw.sh "
+                           f"start {directory}, exit {r.returncode}):\n"
+                           f"{r.stderr}{r.stdout}")
+    with open(os.path.join(directory, "env")) as f:
+        return dict(line.strip().split("=", 1) for line in f if "=" in line)
+
+
+def rgw_stop(directory):
+    r = subprocess.run(["bash", RGW_SCRIPT, "stop", directory],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        raise RuntimeError(f"tests/rgw/rgw.sh stop {directory}: "
+                           f"{r.stderr}")
+
+
+class RGW:
+    """Ceph RGW (Debian's radosgw): a production S3 server.  Uses the
+    suite's instance when BFS_RGW_URL is set (tools/run-tests.sh), else
+    starts its own with tests/rgw/rgw.sh and stops it in stop().  Either
+    way a bucket of its own, named @bucket plus a unique suffix (.bucket),
+    which stop() deletes with everything in it.  With @shared and the
+    suite's RGW, the bucket is @bucket plus "-suite" and outlives the test
+    (the suite's end removes the whole cluster): for a data set too slow to
+    seed once per build.  A server that cannot start fails the test with
+    the reason: never a skip."""
+
+    def __init__(self, bucket, shared=False):
+        self.own = None
+        env = os.environ
+        if not env.get("BFS_RGW_URL"):
+            self.own = tempfile.mkdtemp(prefix="bfs-rgw-")
+            try:
+                env = rgw_start(self.own)
+            except BaseException:
+                shutil.rmtree(self.own, ignore_errors=True)
+                raise
+        self.url = env["BFS_RGW_URL"]
+        self.AK = env["BFS_RGW_AK"]
+        self.SK = env["BFS_RGW_SK"]
+        self.state = env.get("BFS_RGW_DIR")
+        self.port = int(self.url.rsplit(":", 1)[1])
+        stamp = int(time.time() * 1e3) % 100000
+        self.keep = shared and not self.own
+        self.bucket = f"{bucket}-suite" if self.keep else \
+            f"{bucket}-{os.getpid()}-{stamp}"
+        s = Signer(self.url, self.AK, self.SK)
+        # 200 again for a bucket of our own in us-east-1, or 409
+        # BucketAlreadyOwnedByYou elsewhere: both fine when shared.
+        s.check(f"PUT bucket {self.bucket}",
+                s.request("PUT", "/" + self.bucket),
+                (200, 409) if self.keep else (200,))
+        s.close()
+
+    def admin(self, *args, timeout=120):
+        """radosgw-admin against this cluster (needs BFS_RGW_DIR)."""
+        return subprocess.run(
+            ["radosgw-admin", "-c", os.path.join(self.state, "ceph.conf"),
+             *args], capture_output=True, text=True, timeout=timeout)
+
+    def stop(self):
+        try:
+            # A cluster of our own goes as a whole (and purging a bucket
+            # of 30,000 keys takes RGW minutes).
+            if self.state and not self.keep and not self.own:
+                r = self.admin("bucket", "rm", f"--bucket={self.bucket}",
+                               "--purge-objects", "--bypass-gc",
+                               timeout=900)
+                if r.returncode != 0:
+                    raise RuntimeError(f"radosgw-admin bucket rm "
+                                       f"{self.bucket}: {r.stderr}")
+        finally:
+            if self.own:
+                rgw_stop(self.own)
+                shutil.rmtree(self.own, ignore_errors=True)
 
 
 class Mount:

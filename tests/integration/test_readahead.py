@@ -20,6 +20,16 @@ from harness import Mount  # noqa: E402
 MiB = 1 << 20
 
 
+def in_threads(fn, arg_lists):
+    """Runs fn(*args) for each of @arg_lists in its own thread, at once,
+    and waits for all."""
+    ts = [threading.Thread(target=fn, args=a) for a in arg_lists]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+
+
 class ReadaheadTest(harness.MountCase):
     @classmethod
     def setUpClass(cls):
@@ -32,9 +42,14 @@ class ReadaheadTest(harness.MountCase):
         for i in range(40):
             name = f"small/f{i:03d}.bin"
             cls.small[name] = rnd.randbytes(rnd.randrange(1000, 400_000))
+        # A loader's dataset: 8 workers x 6 rounds of batches of 24.
+        os.makedirs(os.path.join(data, "loader"))
+        cls.loader = {f"loader/s{i:05d}.bin": rnd.randbytes(2000 + i % 7)
+                      for i in range(8 * 6 * 24)}
         cls.big = rnd.randbytes(40 * MiB + 12345)
         cls.mid = rnd.randbytes(3 * MiB)
-        for name, body in [*cls.small.items(), ("big.bin", cls.big),
+        for name, body in [*cls.small.items(), *cls.loader.items(),
+                           ("big.bin", cls.big),
                            ("mid.bin", cls.mid)]:
             with open(os.path.join(data, name), "wb") as f:
                 f.write(body)
@@ -54,6 +69,17 @@ class ReadaheadTest(harness.MountCase):
 
     def stats(self, m):
         return json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
+
+    def settled_stats(self, m):
+        """The counters once no GET is queued or in flight."""
+        deadline = time.monotonic() + 10
+        while True:
+            st = self.stats(m)
+            if st["queued"] == 0 and st["readahead"]["prefetch_queued"] == 0 \
+                    and all(e["inflight"] == 0 for e in st["endpoints"]):
+                return st
+            self.assertLess(time.monotonic(), deadline, st)
+            time.sleep(0.02)
 
     def test_page_cache_bypass_and_mmap(self):
         """direct_io=small (default): files fetched whole skip the page
@@ -135,8 +161,14 @@ class ReadaheadTest(harness.MountCase):
         for n in names:
             with open(m.path(n), "rb") as f:
                 self.assertEqual(f.read(), self.small[n])
-        st = self.stats(m)["readahead"]
-        self.assertGreater(st["prefetch_hits"], 20, st)
+        st = self.settled_stats(m)
+        self.assertGreater(st["readahead"]["prefetch_hits"], 20, st)
+        # Files here at their open were handed to the page cache whole:
+        # their reads never reached the daemon.
+        self.assertGreater(st["files"]["handed_over"], 0, st)
+        self.assertLessEqual(st["files"]["reads"],
+                             (len(names) - st["files"]["handed_over"]) * 8,
+                             st)
 
     def test_hint_prefetches_in_order(self):
         m = self.mount()
@@ -213,17 +245,102 @@ class ReadaheadTest(harness.MountCase):
                 except OSError as e:
                     errors.append(f"{n}: {e}")
         names = sorted(self.small)
-        ts = [threading.Thread(target=reader, args=(names[i::4],))
-              for i in range(4)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+        in_threads(reader, [(names[i::4],) for i in range(4)])
         self.assertEqual(errors, [])
         eps = {e["url"]: e for e in self.stats(m)["endpoints"]}
         self.assertEqual(eps[dead]["bytes"], 0)
         self.assertGreater(eps[self.server.url]["requests"], 0)
         self.assertIn(dead, m.output())
+
+    def test_dlio_workers_prefetch_hits(self):
+        """DLIO's pytorch loader: 8 workers, each reading whole batches of
+        24 consecutive files in listing order (worker w: batches w, w+8,
+        ...), at once.  The streams are found, the jump to each worker's
+        next batch is learned, most opens find their file fetched ahead,
+        and no file is fetched twice or for nothing."""
+        m = self.mount()
+        names = sorted(self.loader)
+        before = self.gets()
+        errors = []
+
+        def worker(w):
+            for b in range(w, len(names) // 24, 8):
+                for n in names[24 * b:24 * b + 24]:
+                    fd = os.open(m.path(n), os.O_RDONLY)
+                    try:
+                        got = b""
+                        while chunk := os.read(fd, 65536):
+                            got += chunk
+                    finally:
+                        os.close(fd)
+                    if got != self.loader[n]:
+                        errors.append(n)
+        in_threads(worker, [(w,) for w in range(8)])
+        self.assertEqual(errors, [])
+        st = self.settled_stats(m)
+        ra, streams = st["readahead"], st["streams"]
+        # Fetched once each; the last batches' guesses run past the end
+        # into files nobody opens (a few each).
+        self.assertEqual(self.gets() - before,
+                         len(names) + ra["prefetch_unopened"], st)
+        self.assertLessEqual(ra["prefetch_unopened"], 8 * 4, st)
+        self.assertEqual((streams["batch_len"], streams["batch_jump"]),
+                         (24, 8 * 24 - 23), st)
+        self.assertGreater(streams["jumps"], 0, st)
+        self.assertGreaterEqual(ra["stream_hits"], len(names) // 2, st)
+        self.assertEqual(ra["stream_wasted"], 0, st)
+        # A file here at its open is in the page cache before the first
+        # read: no read reaches the daemon.
+        self.assertGreater(st["files"]["handed_over"], 0, st)
+        self.assertLessEqual(st["files"]["reads"],
+                             (len(names) - st["files"]["handed_over"]) * 8,
+                             st)
+        print(f"\nDLIO pattern: {ra['stream_hits']} stream hits in "
+              f"{len(names)} opens, {ra['stream_late']} late",
+              file=sys.stderr)
+        self.mounts.remove(m)
+        self.assertEqual(m.unmount(), (0, 0))
+        self.assertRegex(m.output(), r"streams: \d+ confirmed in 1152 opens")
+
+    def test_random_order_prefetches_nothing(self):
+        """The same files in random order by 8 readers: no stream is
+        guessed, nothing is fetched ahead, one GET per file."""
+        m = self.mount()
+        names = sorted(self.loader)
+        random.Random(17).shuffle(names)
+        before = self.gets()
+
+        def reader(part):
+            for n in part:
+                with open(m.path(n), "rb") as f:
+                    f.read()
+        in_threads(reader, [(names[i::8],) for i in range(8)])
+        st = self.settled_stats(m)
+        self.assertEqual(self.gets() - before, len(names), st)
+        self.assertEqual(st["streams"]["announced"], 0, st)
+        self.assertEqual(st["readahead"]["stream_fetched"], 0, st)
+        self.assertEqual(st["readahead"]["prefetch_wasted"], 0, st)
+        self.assertEqual(st["readahead"]["prefetch_unopened"], 0, st)
+
+    def test_hint_and_stream_fetch_once(self):
+        """A hint announcing the files a listing-order reader reads: each
+        file is fetched once, whichever of the two gets to it first."""
+        m = self.mount()
+        names = sorted(self.loader)[:200]
+        before = self.gets()
+        for i, n in enumerate(names):
+            if i == 100:
+                # Over what the stream has fetched ahead and beyond.
+                os.setxattr(m.dir, "user.bucketfs.prefetch",
+                            "\n".join(names[90:150]).encode())
+            with open(m.path(n), "rb") as f:
+                self.assertEqual(f.read(), self.loader[n])
+        st = self.settled_stats(m)
+        # Past the last file read, the stream's lookahead fetched some
+        # nobody opened: counted, and fetched once too.
+        self.assertEqual(self.gets() - before,
+                         len(names) + st["readahead"]["prefetch_unopened"], st)
+        self.assertGreater(st["readahead"]["stream_hits"], 50, st)
 
     def test_counters_summarized_at_unmount(self):
         m = self.mount()
