@@ -31,51 +31,12 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import cpu  # noqa: E402
 import readers  # noqa: E402
 import rig  # noqa: E402
+from latency import announce  # noqa: E402
 import run  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
-
-HINT_CHUNK = 60_000  # bytes of paths per setxattr (the limit is 64 KiB)
-
-
-def thread_cpu(pid):
-    """Clock ticks (user + system) used so far per thread name."""
-    out = {}
-    for tid in os.listdir("/proc/%d/task" % pid):
-        try:
-            st = open("/proc/%d/task/%s/stat" % (pid, tid)).read()
-        except OSError:
-            continue  # the thread ended meanwhile
-        name = st[st.index("(") + 1:st.rindex(")")]
-        fields = st[st.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0) + int(fields[11]) + int(fields[12])
-    return out
-
-
-def machine_idle():
-    """(idle + iowait, total) jiffies of all CPUs so far."""
-    v = [int(x) for x in open("/proc/stat").readline().split()[1:]]
-    return v[3] + v[4], sum(v)
-
-
-def busy_since(before):
-    idle, total = machine_idle()
-    return 100.0 * (1 - (idle - before[0]) / max(1, total - before[1]))
-
-
-def announce(mnt, order):
-    os.setxattr(mnt, "user.bucketfs.prefetch", b"")  # drop what is queued
-    chunk, size = [], 0
-    for k in order:
-        if chunk and size + len(k) + 1 > HINT_CHUNK:
-            os.setxattr(mnt, "user.bucketfs.prefetch", "\n".join(chunk).encode())
-            chunk, size = [], 0
-        chunk.append(k)
-        size += len(k) + 1
-    if chunk:
-        os.setxattr(mnt, "user.bucketfs.prefetch", "\n".join(chunk).encode())
-
 
 def snapshot(build_dir, label):
     """A private copy of @build_dir's bucketfs, so a rebuild meanwhile
@@ -99,14 +60,13 @@ def mount_pass(r, ds, build, a, seed):
         random.Random(seed).shuffle(order)  # the order read_all() will use
         if a.hint:
             announce(m.mnt, order)
-        cpu0, idle0 = thread_cpu(m.proc.pid), machine_idle()
+        probe = cpu.CpuProbe(m.proc.pid)
         res = readers.read_all([m.path(k) for k in ds.files], a.procs, seed=seed,
                                expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
-        cpu1, busy = thread_cpu(m.proc.pid), busy_since(idle0)
-        hz = os.sysconf("SC_CLK_TCK")
-        res["cpu"] = {k: 100.0 * (v - cpu0.get(k, 0)) / hz / res["wall_s"]
-                      for k, v in sorted(cpu1.items())}
-        res["busy"] = busy
+        cost = probe.stop(files=res["files"], nbytes=res["bytes"], wall_s=res["wall_s"])
+        res["cpu"] = {k: v["core_pct"] for k, v in cost.get("threads", {}).items()}
+        res["cpu_ms_per_file"] = cost.get("cpu_ms_per_file")
+        res["busy"] = cost["busy_pct"]
     return res
 
 
@@ -115,8 +75,10 @@ def line(label, res):
         label, res["files_s"], res["p50_ms"] or 0, res["p99_ms"] or 0, res["errors"])
     if "busy" in res:
         s += "  machine %3.0f%% busy" % res["busy"]
+    if res.get("cpu_ms_per_file") is not None:
+        s += "  daemon %.3f ms CPU/file" % res["cpu_ms_per_file"]
     if res.get("cpu"):
-        s += "  daemon CPU%%: %s" % ", ".join(
+        s += "  threads CPU%%: %s" % ", ".join(
             "%s %.0f" % (k, v) for k, v in res["cpu"].items() if v >= 0.5)
     return s
 
@@ -156,16 +118,16 @@ def main():
                 log(line(label, res))
             if a.direct:
                 rig.warm(ds.paths())
-                idle0 = machine_idle()
+                probe = cpu.CpuProbe()
                 res = run.curl_direct(r, ds, a.procs, i, a.timeout)
-                res["busy"] = busy_since(idle0)
+                res["busy"] = probe.stop()["busy_pct"]
                 results["curl -Z"].append(res)
                 log(line("curl -Z", res))
                 urls = [r.object_url(ds, k, j) for j, k in enumerate(ds.files)]
-                idle0 = machine_idle()
+                probe = cpu.CpuProbe()
                 res = readers.read_all(urls, a.procs, seed=i,
                                        expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
-                res["busy"] = busy_since(idle0)
+                res["busy"] = probe.stop()["busy_pct"]
                 results["py GETs"].append(res)
                 log(line("py GETs", res))
     finally:

@@ -5,15 +5,27 @@ parent.
 
 Three shapes:
   read_all(paths, procs)                   every file once (one epoch)
+  read_all(None, 0, shares=[[...], ...])   every file once, each process
+                                           reading its own list in its
+                                           order (DLIO's worker streams)
   read_for(paths, procs, seconds)          loop until a deadline, dropping each
                                            file from the page cache after
                                            reading it (posix_fadvise DONTNEED),
                                            so every read reaches the daemon
   read_all(paths, procs, threads=T)        procs x T concurrent readers
 
+Two read styles (style=):
+  "whole"   open(path, 'rb').read(): one read() of the whole file
+  "dlio"    what DLIO's reader does per file: open, fstat, ioctl(TCGETS)
+            (isatty), two lseeks, reads of 4 KiB, 60 KiB, then 64 KiB
+            until a read returns 0, close
+  "npz"     DLIO's UNet3D reader: np.load(path)["x"]; the bytes counted
+            (and checked by expect) are those of the array x
+
 A "path" that starts with http:// is fetched with a GET instead (one
 keep-alive connection per process and endpoint, http.client): the same
-readers going to the endpoints directly, without a mount.
+readers going to the endpoints directly, without a mount.  The style does
+not apply to those.
 """
 
 import array
@@ -41,7 +53,14 @@ def percentile(sorted_vals, q):
 _CONNS = {}   # a reader process's connections, by host:port
 
 
-def _get_one(url, expect):
+def _npz_x(src):
+    """np.load(@src)["x"] (a path or a file object): the array's bytes."""
+    import numpy as np
+    with np.load(src) as z:
+        return z["x"].nbytes
+
+
+def _get_one(url, expect, style="whole"):
     t0 = time.monotonic()
     err = None
     n = 0
@@ -56,9 +75,14 @@ def _get_one(url, expect):
         n = len(data)
         if resp.status != 200:
             err = "HTTP %d" % resp.status
+        elif style == "npz":
+            import io
+            n = _npz_x(io.BytesIO(data))
+            if expect is not None and n != expect(url):
+                err = "x has %d bytes" % n
         elif expect is not None and n != expect(url):
             err = "short body: %d bytes" % n
-    except (OSError, http.client.HTTPException) as exc:
+    except Exception as exc:   # OSError, HTTPException; for npz a bad archive
         err = "%s: %s" % (type(exc).__name__, exc)
         _CONNS.pop(u.netloc, None)
         if conn is not None:
@@ -66,13 +90,37 @@ def _get_one(url, expect):
     return t0, time.monotonic(), n, err
 
 
-def _read_one(path, expect, fadvise):
+def _read_dlio(path):
+    """DLIO's system calls for one file; the bytes read."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fstat(fd)
+        os.isatty(fd)   # ioctl(TCGETS)
+        os.lseek(fd, 0, os.SEEK_CUR)
+        os.lseek(fd, 0, os.SEEK_CUR)
+        n = len(os.read(fd, 4096))
+        n += len(os.read(fd, 61440))
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                return n
+            n += len(b)
+    finally:
+        os.close(fd)
+
+
+def _read_one(path, expect, fadvise, style="whole"):
     if path.startswith("http://"):
-        return _get_one(path, expect)
+        return _get_one(path, expect, style)
     t0 = time.monotonic()
     err = None
     n = 0
     try:
+        if style in ("dlio", "npz"):
+            n = _read_dlio(path) if style == "dlio" else _npz_x(path)
+            if expect is not None and n != expect(path):
+                err = "short read: %d bytes" % n
+            return t0, time.monotonic(), n, err
         with open(path, "rb") as f:
             data = f.read()
             n = len(data)
@@ -80,13 +128,13 @@ def _read_one(path, expect, fadvise):
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         if expect is not None and n != expect(path):
             err = "short read: %d bytes" % n
-    except OSError as exc:
-        err = "%s: %s" % (type(exc).__name__, exc.strerror or exc)
+    except Exception as exc:   # OSError; for npz also a bad archive
+        err = "%s: %s" % (type(exc).__name__, getattr(exc, "strerror", None) or exc)
     t1 = time.monotonic()
     return t0, t1, n, err
 
 
-def _child(share, threads, barrier, conn, expect, deadline_s, fadvise):
+def _child(share, threads, barrier, conn, expect, deadline_s, fadvise, style):
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_DFL)   # not run.py's handlers
     lat = array.array("d")
@@ -102,7 +150,7 @@ def _child(share, threads, barrier, conn, expect, deadline_s, fadvise):
         my_lat, my_ends, my_bytes, my_err = array.array("d"), array.array("d"), 0, []
         if deadline_s is None:
             for p in paths:
-                t0, t1, n, err = _read_one(p, expect, fadvise)
+                t0, t1, n, err = _read_one(p, expect, fadvise, style)
                 my_lat.append(t1 - t0)
                 my_ends.append(t1)
                 my_bytes += n
@@ -114,7 +162,7 @@ def _child(share, threads, barrier, conn, expect, deadline_s, fadvise):
             while paths:
                 p = paths[i % len(paths)]
                 i += 1
-                t0, t1, n, err = _read_one(p, expect, fadvise)
+                t0, t1, n, err = _read_one(p, expect, fadvise, style)
                 if t1 > end:
                     break
                 my_lat.append(t1 - t0)
@@ -154,17 +202,17 @@ class ReadTimeout(RuntimeError):
 
 
 def _run(paths, procs, threads=1, seed=0, expect=None, seconds=None, fadvise=False,
-         during=None, timeout=None):
-    order = list(paths)
-    random.Random(seed).shuffle(order)
-    shares = [order[i::procs] for i in range(procs)]
+         during=None, timeout=None, shares=None, style="whole"):
+    if shares is None:
+        shares = random_shares(paths, procs, seed)
+    procs = len(shares)
     barrier = CTX.Barrier(procs + 1)
     children = []
     try:
         for share in shares:
             r, w = CTX.Pipe(duplex=False)
             p = CTX.Process(target=_child, args=(share, threads, barrier, w, expect,
-                                                 seconds, fadvise))
+                                                 seconds, fadvise, style))
             p.start()
             w.close()
             children.append((p, r))
@@ -216,8 +264,19 @@ def _run(paths, procs, threads=1, seed=0, expect=None, seconds=None, fadvise=Fal
     }
 
 
-def read_all(paths, procs, threads=1, seed=0, expect=None, during=None, timeout=None):
-    return _run(paths, procs, threads, seed, expect, None, False, during, timeout)
+def random_shares(paths, procs, seed):
+    """@paths shuffled (seeded), dealt round-robin to @procs readers: reader
+    i reads order[i], order[i + procs], ... so the files are taken in about
+    the shuffled order overall."""
+    order = list(paths)
+    random.Random(seed).shuffle(order)
+    return [order[i::procs] for i in range(procs)]
+
+
+def read_all(paths, procs, threads=1, seed=0, expect=None, during=None, timeout=None,
+             shares=None, style="whole"):
+    return _run(paths, procs, threads, seed, expect, None, False, during, timeout,
+                shares, style)
 
 
 def read_for(paths, procs, seconds, seed=0, expect=None, during=None):
@@ -232,3 +291,37 @@ def per_second(ends, seconds):
         if 0 <= i < len(bins):
             bins[i] += 1
     return bins
+
+
+def curl_z(urls, procs, cfg, timeout, size):
+    """`curl -Z --parallel-max procs` over @urls (written to the config file
+    @cfg), each body to /dev/null; per-file latency from curl's own
+    %{time_total}; a body that is not 200 with @size bytes is a failed read."""
+    import subprocess
+    with open(cfg, "w") as f:
+        for u in urls:
+            f.write('url = "%s"\noutput = "/dev/null"\n' % u)
+    t0 = time.monotonic()
+    p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
+                        "-s", "-S", "-K", cfg,
+                        "-w", "%{http_code} %{size_download} %{time_total}\\n"],
+                       capture_output=True, text=True, timeout=timeout)
+    wall = time.monotonic() - t0
+    lat, nbytes, errors = [], 0, 0
+    for line in p.stdout.splitlines():
+        parts = line.split()
+        if len(parts) != 3:
+            continue
+        code, got, tt = parts
+        if code != "200" or int(got) != size:
+            errors += 1
+        nbytes += int(got)
+        lat.append(float(tt))
+    errors += len(urls) - len(lat)
+    s = sorted(lat)
+    return {"files": len(lat), "bytes": nbytes, "wall_s": wall,
+            "files_s": len(lat) / wall, "mb_s": nbytes / wall / 1e6,
+            "p50_ms": percentile(s, 50) * 1e3 if s else None,
+            "p99_ms": percentile(s, 99) * 1e3 if s else None,
+            "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
+            "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}

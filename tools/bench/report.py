@@ -33,6 +33,10 @@ def chart_path(out):
     return os.path.join(os.path.dirname(out), "bench-dlio.png")
 
 
+def latency_chart_path(out):
+    return os.path.join(os.path.dirname(out), "bench-latency.png")
+
+
 def n0(v):
     return "–" if v is None else "{:,.0f}".format(v)
 
@@ -93,10 +97,59 @@ def status_note(row):
     return ""
 
 
+def merge(results):
+    """One report's results from several invocations' (run.py --render
+    A.json,B.json): each measurement from the last invocation that ran it.
+    Every ratio stays within one invocation."""
+    out = dict(results[0])
+    out["sections"] = dict(results[0].get("sections", {}))
+    out["problems"] = list(results[0].get("problems", []))
+    out["datasets"] = dict(results[0].get("datasets", {}))
+    out["delay_endpoints"] = dict(results[0].get("delay_endpoints") or {})
+    out["parts"] = [{k: r.get(k) for k in ("command", "started", "elapsed_s", "raw_path",
+                                           "machine")} for r in results]
+    for r in results[1:]:
+        for name, sec in r.get("sections", {}).items():
+            if sec.get("status", "").startswith("not selected") and name in out["sections"]:
+                continue
+            old = out["sections"].get(name, {})
+            if old.get("cells") and sec.get("cells"):
+                # The latency rig's cells: those of other delays are kept (a
+                # delay's ratios come from the invocation that measured it).
+                sec = dict(sec, cells=dict(old["cells"], **sec["cells"]))
+                for k in ("latencies",):
+                    if k in sec or k in old:
+                        sec[k] = sorted(set(old.get(k, [])) | set(sec.get(k, [])))
+            out["sections"][name] = sec
+        out["problems"] += r.get("problems", [])
+        out["datasets"].update(r.get("datasets", {}))
+        out["delay_endpoints"].update(r.get("delay_endpoints") or {})
+        out["elapsed_s"] = out.get("elapsed_s", 0) + r.get("elapsed_s", 0)
+    out["command"] = " ; ".join(r.get("command", "?") for r in results)
+    # The software: a version any invocation could read (a peer installed
+    # only for a later one is "unavailable" in the earlier ones).
+    versions = {}
+    for r in results:
+        for k, v in (r.get("machine") or {}).get("versions", {}).items():
+            if k not in versions or versions[k].startswith("unavailable"):
+                versions[k] = v
+    out["machine"] = dict(out.get("machine") or {}, versions=versions)
+    return out
+
+
 def write(res, out):
     os.makedirs(os.path.dirname(out), exist_ok=True)
+    tmp = out + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(render(res, out))
+    os.replace(tmp, out)
+
+
+def render(res, out, charts=True):
+    """The report as Markdown; with @charts, the charts are drawn next to
+    @out."""
     chart = chart_path(out)
-    chart_note = make_chart(res, chart)
+    chart_note = make_chart(res, chart) if charts else "--print draws no chart"
     lines = []
     w = lines.append
     m = res.get("machine", {})
@@ -109,7 +162,10 @@ def write(res, out):
       "%d runs unless a table says otherwise, with the individual runs alongside."
       % p.get("runs", 0))
     w("")
-    w("- **Command:** `%s`" % res.get("command"))
+    if len(res.get("parts", [])) > 1:
+        w("- **Commands:** %d invocations, listed below" % len(res["parts"]))
+    else:
+        w("- **Command:** `%s`" % res.get("command"))
     w("- **Date:** %s; the whole run took %d min %02d s" % (
         res.get("started"), res.get("elapsed_s", 0) // 60, res.get("elapsed_s", 0) % 60))
     w("- **Machine:** %s, %s cores (`nproc`), %.1f GiB RAM, kernel %s, %s; load average "
@@ -120,6 +176,18 @@ def write(res, out):
          pct(m.get("cpu_busy_start"), 1) if m.get("cpu_busy_start") is not None else "?"))
     w("- **bucketfs build:** commit %s, binary built %s" % (m.get("commit"),
                                                           m.get("binary_built")))
+    if len(res.get("parts", [])) > 1:
+        w("- **Invocations** (each measurement comes from one of them, with its ratios "
+          "measured within it):")
+        for part in res["parts"]:
+            pm = part.get("machine") or {}
+            w("  - `%s`: started %s, %d min %02d s, commit %s, load average %s and CPUs %s "
+              "busy before the start; raw numbers `%s`"
+              % (part.get("command"), part.get("started"), (part.get("elapsed_s") or 0) // 60,
+                 (part.get("elapsed_s") or 0) % 60, pm.get("commit"),
+                 " ".join(pm.get("loadavg_start", [])),
+                 pct(pm.get("cpu_busy_start"), 1) if pm.get("cpu_busy_start") is not None
+                 else "?", part.get("raw_path")))
     w("- **Datasets** (under `%s`, written once and reused):" % os.path.dirname(
         os.path.dirname(res.get("raw_path", "/x/y"))))
     for name, meta in res.get("datasets", {}).items():
@@ -136,6 +204,11 @@ def write(res, out):
               % (name, n0(meta["files"]), " (the first --files in listing order)"
                  if meta.get("limited") else "", meta["bytes"] / 1e9,
                  "; uploaded with --upload" if res.get("upload") else ""))
+        elif meta.get("kind") == "npz":
+            w("  - `%s`: %s `.npz` files of %s bytes (`np.savez` of x, %s random bytes as "
+              "uint8, and a label y), `train/img_<i>_of_%d.npz`, as DLIO writes UNet3D data"
+              % (name, n0(meta["files"]), n0(meta["file_size"]), n0(meta["record"]),
+                 meta["files"]))
         elif meta.get("kind") == "large":
             w("  - `%s`: one file `big.bin` of %s MiB of random bytes"
               % (name, n0(meta["bytes"] / 2**20)))
@@ -174,32 +247,34 @@ def write(res, out):
     how(res, w)
     w("")
     sec_rig(secs.get("rig", {}), w)
+    lchart = latency_chart_path(out)
+    sec_latency(secs.get("latency", {}), w, lchart, make_latency_chart(res, lchart) if charts
+                else "--print draws no chart", out)
     sec_dlio(secs.get("dlio", {}), w, chart, chart_note, out)
     sec_large(secs.get("large", {}), w)
     sec_fio(secs.get("fio", {}), w)
+    sec_npz(secs.get("npz", {}), w)
     sec_tree(secs.get("tree", {}), w)
     sec_mount(secs.get("mount", {}), w)
     sec_concurrency(secs.get("concurrency", {}), w)
     sec_failover(secs.get("failover", {}), w)
     if secs.get("compare"):
         sec_compare(secs["compare"], w)
-    tmp = out + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("\n".join(lines).rstrip() + "\n")
-    os.replace(tmp, out)
+    return "\n".join(lines).rstrip() + "\n"
 
 
 def summary(res, w):
     secs = res.get("sections", {})
     d = secs.get("dlio", {}).get("paths", {})
-    lg = secs.get("large", {}).get("paths", {})
+    lg = secs.get("large", {}).get("cells", {})
     tr = secs.get("tree", {}).get("paths", {})
 
     def med(rows, path, key):
         return rows.get(path, {}).get(key)
-    w("| Measurement | bucketfs | direct S3 path | s3fs | rclone | local page cache | "
-      "bucketfs ÷ direct S3 | bucketfs ÷ s3fs | bucketfs ÷ rclone |")
-    w("|---|---|---|---|---|---|---|---|---|")
+    if d or lg or tr:
+        w("| Measurement | bucketfs | direct S3 path | s3fs | rclone | local page cache | "
+          "bucketfs ÷ direct S3 | bucketfs ÷ s3fs | bucketfs ÷ rclone |")
+        w("|---|---|---|---|---|---|---|---|---|")
     if d:
         v = {k: med(d, k, "median_files_s") for k in LABEL}
         w("| DLIO random whole-file reads, files/s (%s procs) | %s | %s | %s | %s | %s | "
@@ -212,10 +287,12 @@ def summary(res, w):
         w("| DLIO p99 per-file latency, ms (lower is better) | %s | %s | %s | %s | %s | | | |"
           % tuple(ms(v[k]) for k in ("bucketfs", "direct", "s3fs", "rclone", "local")))
     if lg:
-        v = {k: med(lg, k, "median_mb_s") for k in LABEL}
-        w("| Large file sequential read, MB/s | %s | %s | %s | %s | %s | **%s** | %s | %s |"
-          % (n0(v["bucketfs"]), n0(v["direct"]), n0(v["s3fs"]), n0(v["rclone"]),
-             n0(v["local"]), pct(v["bucketfs"], v["direct"]), ratio(v["bucketfs"], v["s3fs"]),
+        v = {k: lg.get("0|%s|-|-" % k, {}).get("median_mb_s")
+             for k in ("bucketfs", "ranged8", "s3fs", "rclone", "local")}
+        w("| Large file sequential read at 0 ms, MB/s (direct: 8 ranged GETs) | %s | %s | %s | "
+          "%s | %s | **%s** | %s | %s |"
+          % (n0(v["bucketfs"]), n0(v["ranged8"]), n0(v["s3fs"]), n0(v["rclone"]),
+             n0(v["local"]), pct(v["bucketfs"], v["ranged8"]), ratio(v["bucketfs"], v["s3fs"]),
              ratio(v["bucketfs"], v["rclone"])))
     if tr:
         for key, what in (("median_find", "`find` of the deep tree, s (lower is better)"),
@@ -228,7 +305,16 @@ def summary(res, w):
                  else "–",
                  ratio(v["rclone"], v["bucketfs"]) + " faster" if v["rclone"] and v["bucketfs"]
                  else "–"))
-    w("")
+    if d or lg or tr:
+        w("")
+    targets(secs, w)
+    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
+        w("- **2 GiB `dd` at %s ms:** %s MB/s, %s of 8 ranged GETs and %s of part-sized "
+          "ranged GETs with as many in flight; daemon CPU %s s per GB."
+          % (fmt_ms(dl), n0(c.get("median_mb_s")),
+             "{:.0%}".format(c["ratio_ranged8"]) if c.get("ratio_ranged8") else "–",
+             "{:.0%}".format(c["ratio_ranged-mount"]) if c.get("ratio_ranged-mount") else "–",
+             n2(c.get("median_cpu_s_per_gb"))))
     mt = secs.get("mount", {})
     if mt.get("median_ready_s") is not None or mt.get("median_warm_ready_s") is not None:
         w("- **Mount with a persisted index** (%s keys): ready in **%s ms** with the page cache "
@@ -264,6 +350,49 @@ def summary(res, w):
              pct(v, d.get("direct", {}).get("median_files_s")),
              pct(v, d.get("direct-py", {}).get("median_files_s")),
              secs["dlio"].get("procs")))
+
+
+# The "Done means" of issues 13 and 14, as (order, minimum ratio against the
+# same readers doing GETs, minimum files/s).
+TARGETS_20MS = {"random": (0.97, None), "dlio": (2.0, NEED_FILES_S), "announced": (2.5, None)}
+CPU_MS_PER_FILE_MAX = 0.3
+LARGE_MIN = 0.85
+
+
+def targets(secs, w):
+    """The issues' targets against this run's medians (same-run ratios)."""
+    rows = []
+    for dl, _p, o, st, c in cells_of(secs.get("latency", {}), "bucketfs"):
+        if dl != 20 or o not in TARGETS_20MS:
+            continue
+        need, files = TARGETS_20MS[o]
+        r = c.get("ratio_py")
+        ok = r is not None and r >= need and (files is None or (c.get("median_files_s") or 0)
+                                              >= files)
+        rows.append(["20 ms, %s order, %s: ≥ %.2f× the same readers doing GETs%s"
+                     % (ORDER_LABEL[o], STYLE_LABEL.get(st, st), need,
+                        " and ≥ %s files/s" % n0(files) if files else ""),
+                     "%s× (%s files/s)" % (n2(r), n0(c.get("median_files_s"))),
+                     "yes" if ok else "**no**"])
+        v = c.get("median_cpu_ms_per_file")
+        rows.append(["20 ms, %s order, %s: daemon CPU ≤ %.1f ms per file"
+                     % (ORDER_LABEL[o], STYLE_LABEL.get(st, st), CPU_MS_PER_FILE_MAX),
+                     "%s ms" % ("{:.3f}".format(v) if v is not None else "–"),
+                     "yes" if v is not None and v <= CPU_MS_PER_FILE_MAX else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
+        for ref, what in (("ranged8", "8 ranged GETs at once"),
+                          ("ranged-mount", "part-sized ranged GETs with as many in flight")):
+            r = c.get("ratio_" + ref)
+            rows.append(["2 GiB `dd` at %s ms: ≥ %.0f%% of %s"
+                         % (fmt_ms(dl), LARGE_MIN * 100, what),
+                         "{:.0%}".format(r) if r is not None else "–",
+                         "yes" if r is not None and r >= LARGE_MIN else "**no**"])
+    if not rows:
+        return
+    w("Against the targets of issues 13 and 14 (medians of the runs' same-run ratios):")
+    w("")
+    table(w, ["Target", "Measured", "Met"], rows)
+    w("")
 
 
 def len_files(res):
@@ -307,6 +436,33 @@ def how(res, w):
       "listing's ETags are nginx's own (`\"<hex mtime>-<hex size>\"`), so bucketfs's "
       "`If-Match` on every GET is honoured (see the self-check)." % ", ".join(
           u.rsplit(":", 1)[1] for u in eps))
+    de = res.get("delay_endpoints") or {}
+    if len(de) > 1:
+        w("- **Latency rig:** each of the 4 nginx endpoints also listens on one port per "
+          "first-byte delay (%s ms: ports %s). On those, an object GET first waits "
+          "(`echo_sleep`, Debian's `libnginx-mod-http-echo`: a timer, no CPU), then is handed "
+          "to the static-file location (`echo_exec`), which answers `If-Match` and `Range` "
+          "as the plain port does; listings still go to the test S3 server undelayed. Every "
+          "bucketfs pass through them is a fresh mount (`-o endpoint=` the 4 ports of that "
+          "delay, the same persisted index), so the client starts cold without dropping "
+          "the page cache, and the endpoints keep serving from memory."
+          % (", ".join(k for k in sorted(de, key=float) if float(k)),
+             "; ".join("%s ms: %s" % (k, ", ".join(u.rsplit(":", 1)[1] for u in v))
+                       for k, v in sorted(de.items(), key=lambda kv: float(kv[0]))
+                       if float(k))))
+        w("- **Orders** (latency rig): *random* deals a shuffle (reseeded per run) "
+          "round-robin to the readers; *DLIO's* is DLIO's sampler on one host: the names "
+          "sorted, 4 ranks with a contiguous quarter each, batches of 24 dealt round-robin "
+          "to a rank's 8 workers (worker w reads batches w, w+8, …), each worker one reader "
+          "process: 32 interleaved sequential streams; *announced* is the random order, "
+          "announced whole (`setxattr(MNT, \"user.bucketfs.prefetch\", …)` in 60 kB "
+          "chunks) by the parent at the moment the readers are released, not before. "
+          "**Read styles:** *one read()* is `open(path,'rb').read()`; *DLIO's chunks* is "
+          "`os.open`, `fstat`, `isatty` (ioctl TCGETS), two `lseek`s, reads of 4 KiB and "
+          "60 KiB, then 64 KiB until a read returns 0, `close`.")
+        w("- **Machine share:** every pass records how busy both CPUs were (`/proc/stat`, "
+          "all processes: the readers, the daemon, nginx, and other work on this shared "
+          "machine) in the *busy* column; compare rows by their same-run ratios.")
     w("- **Cold client, warm server:** before every run through a mount the page cache is "
       "dropped (`sync; echo 3 > /proc/sys/vm/drop_caches`), which also evicts the files "
       "nginx serves; the rig then reads the dataset's backing files once (8 threads) so "
@@ -348,7 +504,7 @@ def sec_rig(s, w):
 
 
 def sec_dlio(s, w, chart, chart_note, out):
-    heading(w, "1. DLIO-style random whole-file reads (RetinaNet shape)", s)
+    heading(w, "2. DLIO-style random whole-file reads (RetinaNet shape)", s)
     if not s.get("paths"):
         return
     w("%s files of 322,624 bytes, %s reader processes, each file read once per run."
@@ -360,12 +516,17 @@ def sec_dlio(s, w, chart, chart_note, out):
         if not r.get("runs"):
             rows.append([LABEL[k], status_note(r) or "no data"] + [""] * 7)
             continue
+        cpu_ms = median_of([x["cpu"]["cpu_ms_per_file"] for x in r["runs"]
+                            if (x.get("cpu") or {}).get("cpu_ms_per_file") is not None])
+        busy = median_of([x["cpu"]["busy_pct"] for x in r["runs"] if x.get("cpu")])
         rows.append([LABEL[k], "**%s**" % n0(r["median_files_s"]), n0(r["median_mb_s"]),
                      ms(r["median_p50_ms"]), ms(r["median_p99_ms"]), ms(r["median_max_ms"]),
                      n0(r["errors"]), runs_of([x["files_s"] for x in r["runs"]]),
-                     pct(r["median_files_s"], direct)])
+                     pct(r["median_files_s"], direct),
+                     "{:.3f}".format(cpu_ms) if cpu_ms is not None else "",
+                     pct(busy, 100) if busy is not None else ""])
     table(w, ["Path", "files/s", "MB/s", "p50 ms", "p99 ms", "max ms", "failed reads",
-              "files/s per run", "vs direct S3"], rows)
+              "files/s per run", "vs direct S3", "daemon CPU ms/file", "machine busy"], rows)
     w("")
     notes = [(k, r.get("note")) for k, r in s["paths"].items() if r.get("note")]
     notes += [(k, status_note(r)) for k, r in s["paths"].items()
@@ -385,47 +546,190 @@ def sec_dlio(s, w, chart, chart_note, out):
     w("")
 
 
-def sec_large(s, w):
-    heading(w, "2. Large file, sequential", s)
-    if not s.get("paths"):
+def cells_of(s, path=None):
+    """The cells of a latency-rig section: (delay, path, order/job, style,
+    cell), in the order delays, then as recorded."""
+    out = []
+    for key, cell in s.get("cells", {}).items():
+        d, p, o, st = key.split("|")
+        if path is None or p == path:
+            out.append((float(d), p, o, st, cell))
+    return sorted(out, key=lambda x: x[0])
+
+
+def fmt_ms(v):
+    return "{:g}".format(v)
+
+
+def cpu_cells(cell, per="file"):
+    """The daemon's CPU (median): per file or per GB, and its threads."""
+    if cell.get("median_core_pct") is None:
+        return ["", ""]
+    if per == "file":
+        main = "%s ms/file" % ("{:.3f}".format(cell["median_cpu_ms_per_file"])
+                               if cell.get("median_cpu_ms_per_file") is not None else "–")
+    else:
+        main = "%s s/GB" % n2(cell.get("median_cpu_s_per_gb"))
+
+    def nm(k, v):
+        return k + ("×%d" % v["count"] if (v.get("count") or 1) > 1 else "")
+    th = ", ".join(("%s %.0f%% (%.3f ms/file)" % (nm(k, v), v["core_pct"], v["ms_per_file"])
+                    if per == "file" and v.get("ms_per_file") is not None
+                    else "%s %.0f%%" % (nm(k, v), v["core_pct"])) for k, v in sorted(
+        cell.get("median_threads", {}).items(), key=lambda kv: -(kv[1]["core_pct"] or 0))
+        if v.get("core_pct") and v["core_pct"] >= 1)
+    return ["%s (%s of a core)" % (main, pct(cell["median_core_pct"], 100)), th or "–"]
+
+
+def runs_ratio(cell, key):
+    v = cell.get("ratio_" + key)
+    if v is None:
+        return "–"
+    return "**{:.2f}×** ({})".format(v, " / ".join("{:.2f}".format(x)
+                                                   for x in cell.get("ratios_" + key, [])))
+
+
+LAT_PATH = {"py-gets": "same readers doing GETs", "curl": "curl -Z"}
+ORDER_LABEL = {"random": "random", "dlio": "DLIO's", "announced": "announced random"}
+STYLE_LABEL = {"whole": "one read()", "dlio": "DLIO's chunks"}
+
+
+def sec_latency(s, w, chart, chart_note, out):
+    heading(w, "1. Through a remote store's latency (the latency rig)", s)
+    if not s.get("cells"):
         return
-    w("`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through each mount (cold "
-      "client cache), against a parallel ranged GET of the same object: 8 `curl -r` "
-      "processes at once, round-robin over the 4 endpoints." % n0(s["size"] / 2**20))
+    w("%s RetinaNet files of 322,624 bytes, %s reader processes (DLIO's order: %s streams), "
+      "each file read once per run, at each first-byte delay; every bucketfs row is a fresh "
+      "mount%s. Each run measures the references just before and just after the mount's "
+      "passes at that delay (so their *per run* lists two values a run), and each ratio is "
+      "against the mean of the two, in the same run (the table gives the median of the "
+      "runs' ratios, each run's in brackets): **÷ GETs** against the same "
+      "reader processes doing keep-alive GETs themselves in the same order (the random "
+      "order for announced), **÷ curl** against `curl -Z --parallel-max %s`. CPU is the "
+      "daemon's own (utime + stime from `/proc/PID/stat`, threads from "
+      "`/proc/PID/task/*/stat`); *busy* is the whole machine over the pass (`/proc/stat`), "
+      "other helpers' work included."
+      % (n0(s["files"]), s["procs"], s.get("dlio_streams"),
+         " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "", s["procs"]))
     w("")
-    direct = s["paths"].get("direct", {}).get("median_mb_s")
-    table(w, ["Path", "MB/s", "MB/s per run", "vs direct S3"], [
-        [LARGE_LABEL[k], "**%s**" % n0(r["median_mb_s"]),
-         runs_of([x["mb_s"] for x in r["runs"]]), pct(r["median_mb_s"], direct)]
-        if r.get("runs") else [LARGE_LABEL[k], status_note(r) or "no data", "", ""]
-        for k, r in s["paths"].items()])
+    rows = []
+    for d, p, o, st, c in cells_of(s):
+        if p == "bucketfs":
+            what = "**bucketfs**, %s order, %s" % (ORDER_LABEL.get(o, o), STYLE_LABEL.get(st, st))
+        else:
+            what = LAT_PATH.get(p, p) + (", %s order" % ORDER_LABEL.get(o, o)
+                                          if o != "-" else "")
+        ra = []
+        for kind in ("prefetch", "stream"):
+            if c.get("median_%s_hits" % kind) is not None:
+                ra.append("%s %s / %s / %s" % (kind, n0(c["median_%s_hits" % kind]),
+                                               n0(c.get("median_%s_wasted" % kind)),
+                                               n0(c.get("median_%s_late" % kind))))
+        ra = "; ".join(ra)
+        rows.append([fmt_ms(d), what, "**%s**" % n0(c.get("median_files_s")),
+                     runs_of([x.get("files_s") for x in c["runs"]]),
+                     ms(c.get("median_p50_ms")), ms(c.get("median_p99_ms")),
+                     runs_ratio(c, "py") if p == "bucketfs" else "",
+                     runs_ratio(c, "curl") if p == "bucketfs" else ""]
+                    + (cpu_cells(c) if p == "bucketfs" else ["", ""])
+                    + [n2(c.get("median_gets_per_file")) if p == "bucketfs" else "", ra,
+                       n0(c.get("errors")), "%s" % n0(c.get("median_busy_pct")) + "%"])
+    table(w, ["ms", "Path", "files/s", "per run", "p50 ms", "p99 ms", "÷ GETs", "÷ curl",
+              "daemon CPU", "daemon threads, % of a core", "GETs/file",
+              "readahead hits / wasted / late", "failed", "busy"], rows)
     w("")
+    if chart_note:
+        w("Chart not drawn: %s" % chart_note)
+    else:
+        w("![files/s against latency](%s)" % os.path.relpath(chart, os.path.dirname(out)))
+    w("")
+
+
+def sec_throughput(s, w, title, intro, key_label, refs, per="GB"):
+    """A section of MB/s cells: @intro(s) is its text (only called when
+    there are cells); @refs the (ratio name, column label) of the
+    references."""
+    heading(w, title, s)
+    if not s.get("cells"):
+        return
+    w(intro(s))
+    w("")
+    rows = []
+    for d, p, o, st, c in cells_of(s):
+        label = key_label(p, o)
+        rows.append([fmt_ms(d) if p not in ("local", "s3fs", "rclone") or d else "0",
+                     label, "**%s**" % n0(c.get("median_mb_s")),
+                     runs_of([x.get("mb_s") for x in c["runs"]])]
+                    + [runs_ratio(c, r) if p == "bucketfs" else "" for r, _ in refs]
+                    + (cpu_cells(c, per) if p == "bucketfs" else ["", ""])
+                    + [n0(c.get("errors")), n0(c.get("median_busy_pct")) + "%"])
+    table(w, ["ms", "Path", "MB/s", "per run"] + ["÷ " + lbl for _, lbl in refs]
+          + ["daemon CPU", "daemon threads, % of a core", "failed", "busy"], rows)
+    w("")
+
+
+LARGE_PATH = {"bucketfs": "**bucketfs** `dd bs=1M`", "ranged8": "8 ranged GETs at once (curl)",
+              "ranged-mount": "part-sized ranged GETs, as many in flight as the mount (curl -Z)",
+              "s3fs": "s3fs `dd bs=1M`", "rclone": "rclone `dd bs=1M`",
+              "local": "local file `dd bs=1M` (page cache)"}
+
+
+def sec_large(s, w):
+    sec_throughput(
+        s, w, "3. Large file, sequential, at each latency",
+        lambda s: (
+            "`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through a fresh bucketfs "
+            "mount per run%s, at each first-byte delay, against the same object read with ranged "
+            "GETs over the same 4 endpoints in the same run: 8 ranges of an eighth at once, and "
+            "ranges of %s MiB (the mount's part size) with as many in flight as the mount had "
+            "at most (its endpoints' `inflight`, sampled every 20 ms; in each bucketfs run's "
+            "raw numbers). s3fs, rclone and the local file at 0 ms only. CPU per GB is the "
+            "daemon's."
+            % (n0(s["size"] / 2**20), " with `-o %s`" % ",".join(s["opts"]) if s.get("opts")
+               else "", n0(s.get("part", 0) / 2**20))),
+        lambda p, o: LARGE_PATH.get(p, p),
+        [("ranged8", "8 ranged"), ("ranged-mount", "ranged as the mount")])
+    bf = [c for d, p, o, st, c in cells_of(s, "bucketfs")]
+    if bf:
+        w("GETs in flight in the daemon (max per run): %s" % "; ".join(
+            "%s ms: %s" % (fmt_ms(d), " / ".join(str(x["inflight"]["max"]) for x in c["runs"]))
+            for d, p, o, st, c in cells_of(s, "bucketfs")))
+        w("")
 
 
 def sec_fio(s, w):
-    heading(w, "3. fio on the mount", s)
-    if not s.get("jobs"):
-        return
-    w("`fio --direct=0 --readonly --ioengine=psync --runtime=%d` (a time bound: a job stops "
-      "at the end of the file or after %d s), on the large file through bucketfs (page "
-      "cache dropped first) and on the local file (cache warm). Sequential: 1 job, bs=1M; "
-      "random: 8 jobs (`--numjobs=8 --group_reporting`)." % (s["seconds"], s["seconds"]))
-    w("")
-    rows = []
-    for key, job in s["jobs"].items():
-        name, target = key.split("|")
-        if not job.get("runs"):
-            rows.append([name, target, status_note(job) or "no data", "", "", "", ""])
-            continue
-        rows.append([name, target, "**%s**" % n0(job["median_mb_s"]), n0(job["median_iops"]),
-                     n2(job["median_p50_ms"]), n2(job["median_p99_ms"]),
-                     runs_of([r["mb_s"] for r in job["runs"]])])
-    table(w, ["Job", "Target", "MB/s", "IOPS", "p50 ms", "p99 ms", "MB/s per run"], rows)
-    w("")
+    sec_throughput(
+        s, w, "4. fio on the mount, at each latency",
+        lambda s: (
+            "`fio --direct=0 --readonly --ioengine=psync --runtime=%d` on the large file through "
+            "a fresh bucketfs mount per job and run, at each first-byte delay, and on the local "
+            "file (page cache warm). Sequential 1M reads with 1 job and with 4 jobs (each on its "
+            "own quarter, `--offset_increment`); random 4k and 128k reads with 8 jobs on "
+            "disjoint eighths; a job stops at the end of its region or after %d s."
+            % (s["seconds"], s["seconds"])),
+        lambda p, o: ("**%s** on bucketfs" if p == "bucketfs" else "%s, local file") % o,
+        [("local", "local file")])
+
+
+def sec_npz(s, w):
+    sec_throughput(
+        s, w, "5. np.load of UNet3D-shaped .npz files, at each latency",
+        lambda s: (
+            "%s files of %s bytes (`np.savez` of x, one UNet3D sample of 146,600,628 random "
+            "bytes, and a label y), %s reader processes each doing `np.load(path)[\"x\"]` on "
+            "its share (DLIO's UNet3D reader), through a fresh bucketfs mount per run%s, "
+            "against the same readers fetching each object with one keep-alive GET and loading "
+            "it from memory (`np.load(io.BytesIO(body))`), and against the local files. MB/s "
+            "counts the bytes of x."
+            % (n0(s["files"]), n0(s["file_size"]), s["procs"],
+               " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "")),
+        lambda p, o: {"bucketfs": "**bucketfs**", "py-gets": "same readers, one GET per file",
+                      "local": "local files (page cache)"}.get(p, p),
+        [("py-gets", "GETs")])
 
 
 def sec_tree(s, w):
-    heading(w, "4. find and ls -lR of the deep tree", s)
+    heading(w, "6. find and ls -lR of the deep tree", s)
     if not s.get("paths"):
         return
     w("%s files in %s directories. Each walk runs on a fresh mount with the page, dentry and "
@@ -441,7 +745,7 @@ def sec_tree(s, w):
 
 
 def sec_mount(s, w):
-    heading(w, "5. Mount time with a persisted index", s)
+    heading(w, "7. Mount time with a persisted index", s)
     if not s.get("runs"):
         return
     w("`bucketfs -o endpoint=…×4,index=PATH s3://BUCKET MNT` (daemon mode) from exec to the "
@@ -469,7 +773,7 @@ def sec_mount(s, w):
 
 
 def sec_concurrency(s, w):
-    heading(w, "6. 2,048 concurrent readers, daemon under `ulimit -n 1024`", s)
+    heading(w, "8. 2,048 concurrent readers, daemon under `ulimit -n 1024`", s)
     if not s.get("runs"):
         return
     w("bucketfs started as `prlimit --nofile=1024:1024 bucketfs -f …` (the daemon's limit "
@@ -507,7 +811,7 @@ def sec_concurrency(s, w):
 
 
 def sec_failover(s, w):
-    heading(w, "7. One of 4 endpoints killed mid-run", s)
+    heading(w, "9. One of 4 endpoints killed mid-run", s)
     if not s.get("phases"):
         return
     w("%d reader processes read RetinaNet files for %d s (each file dropped from the page "
@@ -562,7 +866,7 @@ def sec_failover(s, w):
 
 
 def sec_compare(s, w):
-    heading(w, "8. bucketfs-compare: the mount against bucketfs's own S3 client", s)
+    heading(w, "10. bucketfs-compare: the mount against bucketfs's own S3 client", s)
     if not s.get("runs"):
         return
     ns = s.get("namespace") or {}
@@ -638,6 +942,78 @@ def make_chart(res, path):
                  % ("{:,}".format(s["files"]), s["procs"]), fontsize=10)
     lo = min(min(x["files_s"] for _, r in rows for x in r["runs"]), PASS_FILES_S)
     ax.set_ylim(max(1.0, lo / 3), max(max(meds), NEED_FILES_S) * 2.5)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return None
+
+
+def make_latency_chart(res, path):
+    """docs/bench-latency.png: files/s against the first-byte delay, one
+    panel per read style: a line per order through bucketfs and per
+    reference (medians; runs as dots), with Little's law's ceiling for the
+    readers alone (readers / delay).  Returns None, or why not."""
+    s = res.get("sections", {}).get("latency", {})
+    if not s.get("cells"):
+        return "no latency results"
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        import matplotlib.ticker
+    except ImportError as exc:
+        return "matplotlib is not installed (%s)" % exc
+    styles = [st for st in ("whole", "dlio") if any(
+        p == "bucketfs" and x == st for _, p, _, x, _ in cells_of(s))]
+    fig, axes = plt.subplots(1, len(styles), figsize=(6.2 * len(styles), 5.2), dpi=110,
+                             sharey=True, squeeze=False)
+    colors = {"random": "#d62728", "dlio": "#1f77b4", "announced": "#2ca02c"}
+    refs = [("py-gets", "random", "--", "#e377c2"), ("py-gets", "dlio", "--", "#17becf"),
+            ("curl", "-", ":", "#7f7f7f")]
+    allv = []
+    delays = sorted({d for d, *_ in cells_of(s)})
+
+    def line(ax, pts, label, fmt, color, width):
+        if not pts:
+            return
+        ax.plot([d for d, _ in pts], [c.get("median_files_s") for _, c in pts], fmt,
+                marker="o", markersize=4, color=color, label=label, linewidth=width)
+        for d, c in pts:
+            vals = [x.get("files_s") for x in c["runs"] if x.get("files_s")]
+            allv.extend(vals)
+            ax.plot([d] * len(vals), vals, ".", color=color, markersize=3)
+
+    for ax, st in zip(axes[0], styles):
+        for o in ("random", "dlio", "announced"):
+            line(ax, [(d, c) for d, p, oo, x, c in cells_of(s, "bucketfs")
+                      if oo == o and x == st],
+                 "bucketfs, %s order" % ORDER_LABEL[o], "-", colors[o], 1.8)
+        for p, o, fmt, color in refs:
+            line(ax, [(d, c) for d, pp, oo, _, c in cells_of(s, p) if oo == o],
+                 LAT_PATH[p] + (", %s order" % ORDER_LABEL[o] if o != "-" else ""),
+                 fmt, color, 1.1)
+        pos = [d for d in delays if d > 0]
+        if pos:
+            xs = [pos[0] + (pos[-1] - pos[0]) * i / 100.0 for i in range(101)]
+            ax.plot(xs, [s["procs"] / (x / 1e3) for x in xs], color="#bbb", linewidth=1,
+                    label="%s readers ÷ delay (one file each in flight)" % s["procs"])
+        ax.axhline(NEED_FILES_S, color="#444", linestyle="--", linewidth=0.8,
+                   label="needed per host (%s files/s)" % "{:,}".format(NEED_FILES_S))
+        ax.set_title("bucketfs read style: %s" % STYLE_LABEL.get(st, st), fontsize=10)
+        ax.set_xlabel("first-byte delay of every object GET, ms")
+        ax.set_xticks(delays)
+        ax.legend(loc="lower left", fontsize=7, frameon=False)
+    ax0 = axes[0][0]
+    ax0.set_yscale("log")
+    fmt = matplotlib.ticker.FuncFormatter(lambda v, _pos: "{:,.0f}".format(v))
+    ax0.yaxis.set_major_formatter(fmt)
+    ax0.yaxis.set_minor_formatter(fmt)
+    ax0.tick_params(axis="y", which="minor", labelsize=7)
+    ax0.set_ylabel("files/s, log scale (line: median; dots: runs)")
+    if allv:
+        ax0.set_ylim(max(10.0, min(allv) / 2.5), max(allv) * 1.6)
+    fig.suptitle("%s RetinaNet files, %s reader processes, 4 endpoints with a first-byte "
+                 "delay" % ("{:,}".format(s["files"]), s["procs"]), fontsize=10)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -16,8 +16,12 @@ Progress goes to stderr; the report to --out, the
 chart next to it (bench-dlio.png), the raw numbers to the cache directory
 (results/*.json).  See tools/bench/README.md.
 
-Measurements (--only/--skip names): rig, mount, dlio, compare, large, fio,
-tree, concurrency, failover.
+Measurements (--only/--skip names): rig, mount, latency, dlio, compare,
+large, fio, npz, tree, concurrency, failover.
+
+One slice of the latency rig, quickly (for an A/B), tables to stdout:
+  run.py --no-setup --only latency --latency 20 --order dlio --style dlio
+         --runs 3 --files 8000 --print
 """
 
 import argparse
@@ -37,14 +41,19 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import cpu  # noqa: E402
+import latency  # noqa: E402
 import readers  # noqa: E402
 import remote  # noqa: E402
 import report  # noqa: E402
 import rig  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
 
-MEASUREMENTS = ["rig", "mount", "dlio", "compare", "large", "fio", "tree", "concurrency",
-                "failover"]
+MEASUREMENTS = ["rig", "mount", "latency", "dlio", "compare", "large", "fio", "npz", "tree",
+                "concurrency", "failover"]
+# The measurements that use the delayed endpoints (nginx's echo module).
+DELAYED = {"latency": "latency", "large": "large_latency", "fio": "large_latency",
+           "npz": "large_latency"}
 # What runs against a real endpoint (--endpoint): the others need the local
 # rig (nginx to kill, datasets on disk, peers configured for it).
 REMOTE_MEASUREMENTS = ["mount", "dlio", "compare"]
@@ -94,42 +103,18 @@ def cold(paths_to_warm, what):
 # --------------------------------------------------------------------------
 
 
-def curl_direct(the_rig, ds, procs, seed, timeout):
+def curl_direct(the_rig, ds, procs, seed, timeout, delay=0):
     """curl -Z over the same shuffled files, round-robin over the 4 URLs of
-    @the_rig; per-file latency from curl's own timing."""
+    @the_rig (those with @delay ms); per-file latency from curl's own
+    timing."""
     order = list(ds.files)
     random.Random(seed).shuffle(order)
-    cfg = os.path.join(the_rig.tmp, "curl-direct.cfg")
-    with open(cfg, "w") as f:
-        for i, k in enumerate(order):
-            f.write('url = "%s"\noutput = "/dev/null"\n' % the_rig.object_url(ds, k, i))
-    t0 = time.monotonic()
-    p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
-                        "-s", "-S", "-K", cfg,
-                        "-w", "%{http_code} %{size_download} %{time_total}\\n"],
-                       capture_output=True, text=True, timeout=timeout)
-    wall = time.monotonic() - t0
-    lat, nbytes, errors = [], 0, 0
-    for line in p.stdout.splitlines():
-        parts = line.split()
-        if len(parts) != 3:
-            continue
-        code, size, tt = parts
-        if code != "200" or int(size) != rig.RETINA_SIZE:
-            errors += 1
-        nbytes += int(size)
-        lat.append(float(tt))
-    errors += len(order) - len(lat)
-    s = sorted(lat)
-    return {"files": len(lat), "bytes": nbytes, "wall_s": wall,
-            "files_s": len(lat) / wall, "mb_s": nbytes / wall / 1e6,
-            "p50_ms": readers.percentile(s, 50) * 1e3 if s else None,
-            "p99_ms": readers.percentile(s, 99) * 1e3 if s else None,
-            "max_ms": s[-1] * 1e3 if s else None, "errors": errors,
-            "error_samples": [p.stderr.strip()[:500]] if p.returncode else []}
+    return readers.curl_z([the_rig.object_url(ds, k, i, delay) for i, k in enumerate(order)],
+                          procs, os.path.join(the_rig.tmp, "curl-direct.cfg"), timeout,
+                          rig.RETINA_SIZE)
 
 
-class Bench:
+class Bench(latency.LatencyMixin):
     def __init__(self, a):
         self.a = a
         self.res = {"sections": {}, "problems": []}
@@ -144,15 +129,29 @@ class Bench:
     def prepare(self):
         a = self.a
         self.retina = rig.retina_dataset(self.cache, a.files)
-        self.large = rig.large_dataset(self.cache, a.large_mib)
-        self.tree = rig.tree_dataset(self.cache, a.tree_fanout)
-        self.rig = rig.Rig(self.cache, [self.retina, self.large, self.tree])
+        datasets = [self.retina]
+        if a.selected & {"large", "fio"}:
+            self.large = rig.large_dataset(self.cache, a.large_mib)
+            datasets.append(self.large)
+        if "tree" in a.selected:
+            self.tree = rig.tree_dataset(self.cache, a.tree_fanout)
+            datasets.append(self.tree)
+        if "npz" in a.selected:
+            self.npz = rig.npz_dataset(self.cache, a.npz_files)
+            datasets.append(self.npz)
+        delays = set()
+        for name, attr in DELAYED.items():
+            if name in a.selected:
+                delays |= set(getattr(a, attr))
+        self.rig = rig.Rig(self.cache, datasets, delays=sorted(delays))
         self.rig.logs_dir = self.res["logs_dir"] = os.path.join(
             self.cache, "results", self.a.stamp + "-logs")
         log("endpoints: %s (listings via the test S3 server on port %d)"
             % (", ".join(self.rig.endpoints.urls), self.rig.endpoints.s3.port))
-        self.res["datasets"] = {ds.name: ds.meta for ds in (self.retina, self.large, self.tree)}
+        self.res["datasets"] = {ds.name: ds.meta for ds in datasets}
         self.res["endpoints"] = self.rig.endpoints.urls
+        self.res["delay_endpoints"] = {"%g" % d: u for d, u in
+                                       self.rig.endpoints.delay_urls.items()}
 
     # What differs between the local rig and a real endpoint (RemoteBench).
     def client_env(self):
@@ -212,6 +211,29 @@ class Bench:
             ck.append(("endpoint %d: GET with If-Match: %s / with a wrong one; nginx's ETag"
                        % (i + 1, etag), "%s / %s; %s" % (good, bad, m.group(1) if m else "none"),
                        "ok" if ok else "FAILED"))
+        # The delayed ports: the same answers, the first byte no sooner than
+        # the delay.
+        for d, urls in sorted(self.rig.endpoints.delay_urls.items()):
+            if not d:
+                continue
+            for i, u in enumerate(urls):
+                url = "%s/%s/%s" % (u, ds.name, key)
+                fmt = "%{http_code} %{time_starttransfer}"
+                good = sh(["curl", "-s", "-o", "/dev/null", "-w", fmt,
+                           "-H", "If-Match: %s" % etag, url]).stdout.split()
+                bad = sh(["curl", "-s", "-o", "/dev/null", "-w", fmt,
+                          "-H", 'If-Match: "0-0"', url]).stdout.split()
+                rng = sh(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code} %{size_download}",
+                          "-r", "0-99", url]).stdout.split()
+                ok = (len(good) == 2 and len(bad) == 2 and good[0] == "200" and
+                      bad[0] == "412" and float(good[1]) * 1e3 >= d and rng == ["206", "100"])
+                ok_all &= ok
+                ck.append(("endpoint %d, %g ms port: If-Match right / wrong, first byte after; "
+                           "Range 0-99" % (i + 1, d),
+                           "%s / %s after %s ms; %s" % (
+                               good[0] if good else "?", bad[0] if bad else "?",
+                               "%.1f" % (float(good[1]) * 1e3) if len(good) == 2 else "?",
+                               " ".join(rng)), "ok" if ok else "FAILED"))
         # A signed listing through nginx (proxied to the test S3 server).
         u = self.rig.endpoints.urls[1]
         r = sh(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
@@ -317,8 +339,11 @@ class Bench:
         ds = self.retina
         cold(ds.paths(), ds.name)
         paths = [m.path(k) for k in ds.files]
-        return readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
-                                timeout=self.a.run_timeout)
+        probe = cpu.CpuProbe(m.proc.pid)
+        res = readers.read_all(paths, self.a.procs, seed=r, expect=lambda p: rig.RETINA_SIZE,
+                               timeout=self.a.run_timeout)
+        res["cpu"] = probe.stop(files=res["files"], nbytes=res["bytes"], wall_s=res["wall_s"])
+        return res
 
     def mount_all(self, section, ds, paths, mounts):
         """Mounts bucketfs and the peers not skipped, recording each into
@@ -372,19 +397,20 @@ class Bench:
                             res = self.dlio_mount(mounts[p], r)
                         elif p == "direct":
                             rig.warm(ds.paths())
-                            res = curl_direct(self.rig, ds, a.procs, r, a.run_timeout)
+                            res = self.referenced(lambda: curl_direct(
+                                self.rig, ds, a.procs, r, a.run_timeout))
                         elif p == "direct-py":
                             rig.warm(ds.paths())
                             urls = [self.rig.object_url(ds, k, i)
                                     for i, k in enumerate(ds.files)]
-                            res = readers.read_all(urls, a.procs, seed=r,
-                                                   expect=lambda _: rig.RETINA_SIZE,
-                                                   timeout=a.run_timeout)
+                            res = self.referenced(lambda: readers.read_all(
+                                urls, a.procs, seed=r, expect=lambda _: rig.RETINA_SIZE,
+                                timeout=a.run_timeout))
                         else:
                             rig.warm(ds.paths())
-                            res = readers.read_all(ds.paths(), a.procs, seed=r,
-                                                   expect=lambda _: rig.RETINA_SIZE,
-                                                   timeout=a.run_timeout)
+                            res = self.referenced(lambda: readers.read_all(
+                                ds.paths(), a.procs, seed=r, expect=lambda _: rig.RETINA_SIZE,
+                                timeout=a.run_timeout))
                     except Skip as exc:
                         paths[p]["status"] = "skipped: %s" % exc
                         continue
@@ -462,169 +488,6 @@ class Bench:
                                       "max_ms")}
             sec["errors_" + side] = sum(x[side]["errors"] for x in sec["runs"])
         sec["median_ratio"] = median([x["ratio_files_per_s"] for x in sec["runs"]])
-
-    # ---- large file ---------------------------------------------------------
-
-    def dd(self, path):
-        t0 = time.monotonic()
-        p = subprocess.run(["dd", "if=%s" % path, "of=/dev/null", "bs=1M"],
-                           capture_output=True, text=True, timeout=self.a.run_timeout)
-        wall = time.monotonic() - t0
-        if p.returncode:
-            raise RuntimeError("dd: %s" % p.stderr.strip()[-300:])
-        m = re.search(r"^(\d+) bytes", p.stderr, re.M)
-        n = int(m.group(1)) if m else 0
-        return {"bytes": n, "wall_s": wall, "mb_s": n / wall / 1e6}
-
-    def ranged_get(self, ds, key, size, parts=8):
-        """parts curl processes in parallel, each one Range of the object,
-        round-robin over the endpoints."""
-        step = -(-size // parts)
-        procs = []
-        t0 = time.monotonic()
-        for i in range(parts):
-            lo, hi = i * step, min(size, (i + 1) * step) - 1
-            procs.append(subprocess.Popen(
-                ["curl", "-s", "-S", "-o", "/dev/null", "-r", "%d-%d" % (lo, hi),
-                 "-w", "%{http_code} %{size_download}", self.rig.object_url(ds, key, i)],
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-        n, bad = 0, []
-        for p in procs:
-            out, err = p.communicate(timeout=self.a.run_timeout)
-            code, got = (out.split() + ["", "0"])[:2]
-            n += int(got or 0)
-            if code != "206":
-                bad.append("%s %s" % (code, err.strip()))
-        wall = time.monotonic() - t0
-        if bad or n != size:
-            raise RuntimeError("ranged GETs: %d of %d bytes; %s" % (n, size, bad))
-        return {"bytes": n, "wall_s": wall, "mb_s": n / wall / 1e6}
-
-    def m_large(self):
-        a = self.a
-        ds = self.large
-        size = ds.total_bytes()
-        src = os.path.join(ds.dir, "big.bin")
-        sec = self.res["sections"]["large"] = {"size": size, "paths": {}}
-        paths = sec["paths"]
-        order = ["bucketfs", "direct", "s3fs", "rclone", "local"]
-        for p in order:
-            paths[p] = {"runs": [], "status": None}
-        mounts = {}
-        try:
-            for _ in self.mount_all("large", ds, paths, mounts):
-                pass
-            for r in range(a.runs):
-                for p in order:
-                    if paths[p]["status"] is not None:
-                        continue
-                    log("large: run %d/%d: %s, %d MiB" % (r + 1, a.runs, p, size >> 20))
-                    try:
-                        if p in mounts:
-                            cold([src], ds.name)
-                            res = self.dd(mounts[p].path("big.bin"))
-                        elif p == "direct":
-                            rig.warm([src])
-                            res = self.ranged_get(ds, "big.bin", size)
-                        else:
-                            rig.warm([src])
-                            res = self.dd(src)
-                        if res["bytes"] != size:
-                            raise RuntimeError("read %d of %d bytes" % (res["bytes"], size))
-                    except Skip as exc:
-                        paths[p]["status"] = "skipped: %s" % exc
-                        continue
-                    except Exception as exc:
-                        paths[p]["status"] = "failed: %s" % exc
-                        self.problem("large", "%s run %d: %s" % (p, r + 1, exc))
-                        continue
-                    paths[p]["runs"].append(res)
-                    log("large:   %s: %.0f MB/s (%.1f s)" % (p, res["mb_s"], res["wall_s"]))
-        finally:
-            for m in mounts.values():
-                m.close()
-        for p in order:
-            if paths[p]["runs"]:
-                paths[p]["median_mb_s"] = median([x["mb_s"] for x in paths[p]["runs"]])
-
-    # ---- fio ------------------------------------------------------------------
-
-    FIO_JOBS = [("seq-1M", "read", "1M", 1), ("rand-4k", "randread", "4k", 8),
-                ("rand-128k", "randread", "128k", 8)]
-
-    def fio(self, path, name, rw, bs, jobs, seconds, size):
-        cmd = ["fio", "--name=%s" % name, "--filename=%s" % path, "--rw=%s" % rw,
-               "--bs=%s" % bs, "--direct=0", "--readonly", "--ioengine=psync",
-               "--numjobs=%d" % jobs, "--group_reporting", "--runtime=%d" % seconds,
-               "--output-format=json"]
-        if jobs > 1:
-            # Disjoint regions, one per job: no job reads pages another one
-            # already brought into the page cache.
-            part = (size // jobs) & ~((1 << 20) - 1)
-            cmd += ["--size=%d" % part, "--offset_increment=%d" % part]
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=seconds * 20 + 120)
-        if p.returncode:
-            raise RuntimeError("fio: %s" % (p.stderr.strip() or p.stdout.strip())[-400:])
-        j = json.loads(p.stdout[p.stdout.index("{"):])
-        job = j["jobs"][0]
-        rd = job["read"]
-        pct = rd.get("clat_ns", {}).get("percentile", {})
-        return {"mb_s": rd["bw_bytes"] / 1e6, "iops": rd["iops"], "bytes": rd["io_bytes"],
-                "runtime_s": rd["runtime"] / 1e3,
-                "p50_ms": pct.get("50.000000", 0) / 1e6,
-                "p99_ms": pct.get("99.000000", 0) / 1e6,
-                "errors": job.get("error", 0), "cmd": " ".join(shlex.quote(c) for c in cmd)}
-
-    def m_fio(self):
-        a = self.a
-        ds = self.large
-        src = os.path.join(ds.dir, "big.bin")
-        sec = self.res["sections"]["fio"] = {"seconds": a.fio_seconds, "jobs": {}}
-        targets = ["bucketfs", "local"]
-        for name, *_ in self.FIO_JOBS:
-            for t in targets:
-                sec["jobs"]["%s|%s" % (name, t)] = {"runs": [], "status": None}
-        try:
-            m = self.mount("bucketfs", ds).__enter__()
-        except Exception as exc:
-            for name, *_ in self.FIO_JOBS:
-                sec["jobs"]["%s|bucketfs" % name]["status"] = "failed to mount: %s" % exc
-            self.problem("fio", "bucketfs: %s" % exc)
-            m = None
-        try:
-            for r in range(a.runs):
-                for name, rw, bs, jobs in self.FIO_JOBS:
-                    for t in targets:
-                        job = sec["jobs"]["%s|%s" % (name, t)]
-                        if job["status"] is not None:
-                            continue
-                        log("fio: run %d/%d: %s on %s" % (r + 1, a.runs, name, t))
-                        try:
-                            if t == "bucketfs":
-                                cold([src], ds.name)
-                                path = m.path("big.bin")
-                            else:
-                                rig.warm([src])
-                                path = src
-                            res = self.fio(path, name, rw, bs, jobs, a.fio_seconds,
-                                           ds.total_bytes())
-                        except Skip as exc:
-                            job["status"] = "skipped: %s" % exc
-                            continue
-                        except Exception as exc:
-                            job["status"] = "failed: %s" % exc
-                            self.problem("fio", "%s on %s: %s" % (name, t, exc))
-                            continue
-                        job["runs"].append(res)
-                        log("fio:   %.0f MB/s, %.0f IOPS, p99 %.2f ms"
-                            % (res["mb_s"], res["iops"], res["p99_ms"]))
-        finally:
-            if m:
-                m.close()
-        for job in sec["jobs"].values():
-            if job["runs"]:
-                for k in ("mb_s", "iops", "p50_ms", "p99_ms"):
-                    job["median_" + k] = median([x[k] for x in job["runs"]])
 
     # ---- deep tree -------------------------------------------------------------
 
@@ -1004,15 +867,9 @@ def machine_info():
 def cpu_busy(seconds=2.0):
     """The share of all CPUs busy over a short interval, from /proc/stat:
     other work on the machine before the rig starts."""
-    def sample():
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-        idle = v[3] + (v[4] if len(v) > 4 else 0)
-        return sum(v[:8]), idle
-    t1, i1 = sample()
+    before = cpu.machine_idle()
     time.sleep(seconds)
-    t2, i2 = sample()
-    return 1.0 - (i2 - i1) / (t2 - t1) if t2 > t1 else None
+    return cpu.busy_since(before) / 100.0
 
 
 def _os_release():
@@ -1046,6 +903,19 @@ def one_at_a_time(cache_dir):
     return fd
 
 
+def _ms_list(text):
+    """ "0,5,20" -> [0, 5, 20]: delays in ms, each 0 to 10,000."""
+    out = []
+    for x in text.split(","):
+        v = float(x)
+        if not 0 <= v <= 10000:
+            raise ValueError("%s ms is out of range (0 to 10000)" % x)
+        out.append(int(v) if v == int(v) else v)
+    if not out:
+        raise ValueError("no delay given")
+    return sorted(set(out))
+
+
 def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -1066,6 +936,8 @@ def parse_args(argv):
     ap.add_argument("--tree-fanout", type=int, help="deep tree fan-out, 4 levels, 4 files per "
                     "leaf directory (default 6: 5,184 files; --quick 4: 1,024)")
     ap.add_argument("--fio-seconds", type=int, help="fio time bound (default 20; --quick 5)")
+    ap.add_argument("--fio-jobs", default=",".join(j[0] for j in latency.LatencyMixin.FIO_JOBS),
+                    metavar="JOB[,...]", help="the fio jobs to run (default all: %(default)s)")
     ap.add_argument("--failover-seconds", type=int, help="length of the endpoint-kill run "
                     "(default 45; --quick 15)")
     ap.add_argument("--concurrency", type=int, default=2048, help="concurrent readers "
@@ -1077,9 +949,37 @@ def parse_args(argv):
     ap.add_argument("--cache-dir", default=os.environ.get("BFS_BENCH_CACHE",
                                                           "/var/tmp/bucketfs-bench"),
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
-    ap.add_argument("--render", metavar="RESULTS.json",
+    ap.add_argument("--render", metavar="RESULTS.json[,...]",
                     help="measure nothing: rewrite --out from the raw results of an earlier "
-                         "run (results/*.json under the cache directory)")
+                         "run (results/*.json under the cache directory); of several runs, "
+                         "each measurement from the last one that ran it")
+    g = ap.add_argument_group(
+        "latency rig", "endpoints that answer each object GET after a fixed first-byte "
+        "delay (nginx's echo module: echo_sleep, then the static file)")
+    g.add_argument("--latency", default="0,5,20,50", metavar="MS[,MS...]",
+                   help="first-byte delays of the latency measurement (default 0,5,20,50)")
+    g.add_argument("--order", default=",".join(latency.ORDERS), metavar="ORDER[,...]",
+                   help="reading orders: random (reshuffled per run), dlio (sorted names, "
+                        "4 ranks x 8 workers, batches of 24), announced (random, the whole "
+                        "order announced by setxattr user.bucketfs.prefetch at the start); "
+                        "default all three")
+    g.add_argument("--style", default=",".join(latency.STYLES), metavar="STYLE[,...]",
+                   help="read styles: whole (one read()), dlio (open, fstat, isatty, 2 "
+                        "lseeks, 4 KiB, 60 KiB, then 64 KiB reads); default both")
+    g.add_argument("--large-latency", default="0,20", metavar="MS[,MS...]",
+                   help="first-byte delays of the large, fio and npz measurements "
+                        "(default 0,20)")
+    g.add_argument("--part-mib", type=int, default=8,
+                   help="the ranged-GET reference's part size, as the mount's part_size "
+                        "(default 8)")
+    g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
+                   help="extra -o options for bucketfs in latency, large, fio and npz")
+    g.add_argument("--npz-files", type=int, help="UNet3D-shaped .npz files of ~147 MB "
+                   "(default 8; --quick 2)")
+    g.add_argument("--npz-procs", type=int, default=4, help="np.load readers (default 4)")
+    ap.add_argument("--print", action="store_true",
+                    help="print the selected measurements' tables to stdout and write no "
+                         "report (for an A/B of one slice)")
     ap.add_argument("--no-setup", action="store_true",
                     help="do not run tools/bench/setup.sh (apt-get) first")
     ap.add_argument("--build", action="store_true",
@@ -1104,6 +1004,25 @@ def parse_args(argv):
     a = ap.parse_args(argv)
     q = a.quick
     a.remote = bool(a.endpoint or a.bucket)
+    a.opts = [o for o in a.opts.split(",") if o]
+    try:
+        a.latency = _ms_list(a.latency)
+        a.large_latency = _ms_list(a.large_latency)
+    except ValueError as exc:
+        ap.error("--latency/--large-latency: %s" % exc)
+    a.order = [o for o in a.order.split(",") if o]
+    a.style = [o for o in a.style.split(",") if o]
+    for what, got, known in (("--order", a.order, latency.ORDERS),
+                             ("--style", a.style, latency.STYLES)):
+        bad = [x for x in got if x not in known] or ([] if got else ["(none)"])
+        if bad:
+            ap.error("%s: unknown %s (known: %s)" % (what, ", ".join(bad), ", ".join(known)))
+    a.npz_files = a.npz_files or (2 if q else 8)
+    a.fio_jobs = [j for j in a.fio_jobs.split(",") if j]
+    known = [j[0] for j in latency.LatencyMixin.FIO_JOBS]
+    if not a.fio_jobs or set(a.fio_jobs) - set(known):
+        ap.error("--fio-jobs: unknown job in %s (known: %s)"
+                 % (",".join(a.fio_jobs) or "(none)", ", ".join(known)))
     if a.remote:
         if not a.endpoint or not a.bucket:
             ap.error("a real endpoint needs both --endpoint and --bucket")
@@ -1147,8 +1066,12 @@ def main(argv=None):
         os.execv("/usr/bin/python3", ["/usr/bin/python3", os.path.abspath(__file__), *argv])
     a = parse_args(argv)
     if a.render:
-        with open(a.render) as f:
-            res = json.load(f)
+        parts = []
+        for path in a.render.split(","):
+            with open(path) as f:
+                parts.append(json.load(f))
+                parts[-1].setdefault("raw_path", path)
+        res = parts[0] if len(parts) == 1 else report.merge(parts)
         out = os.path.abspath(a.out)
         report.write(res, out)
         log("wrote %s and %s from %s" % (out, report.chart_path(out), a.render))
@@ -1210,7 +1133,9 @@ def main(argv=None):
     res["elapsed_s"] = time.monotonic() - t0
     res["params"] = {k: getattr(a, k) for k in ("quick", "files", "procs", "runs", "large_mib",
                                                 "tree_fanout", "fio_seconds", "failover_seconds",
-                                                "concurrency")}
+                                                "concurrency", "latency", "order", "style",
+                                                "large_latency", "part_mib", "opts",
+                                                "npz_files", "npz_procs", "fio_jobs")}
     if a.remote:
         res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:
@@ -1221,6 +1146,11 @@ def main(argv=None):
         json.dump(res, f, indent=1, default=lambda o: repr(o))
     res["raw_path"] = raw
     out = os.path.abspath(a.out)
+    if a.print:
+        sys.stdout.write(report.render(res, out, charts=False))
+        log("raw numbers: %s; %d:%02d elapsed" % (raw, res["elapsed_s"] // 60,
+                                                  res["elapsed_s"] % 60))
+        return status
     report.write(res, out)
     log("wrote %s and %s (raw numbers: %s); %d:%02d elapsed"
         % (out, report.chart_path(out), raw, res["elapsed_s"] // 60, res["elapsed_s"] % 60))

@@ -1,15 +1,18 @@
 #!/bin/bash
 # Installs what the benchmark rig (tools/bench/run.py) needs on Debian 12, as
 # root: the project's own build and test dependencies (tools/setup.sh), then
-# nginx (the fast GET path), the peers s3fs and rclone, fio, matplotlib for
-# the chart, gnuplot, prlimit (util-linux) and curl.  Safe to run again: it
-# only calls apt-get when something is missing.
+# nginx (the fast GET path) with its echo module (the latency rig's
+# first-byte delay), the peers s3fs and rclone, fio, numpy (np.load of .npz
+# files, as DLIO's UNet3D reader), matplotlib for the charts, gnuplot,
+# prlimit (util-linux) and curl.  Safe to run again: it only calls apt-get
+# when something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 tools/setup.sh
 
-packages=(nginx s3fs rclone fio python3-matplotlib gnuplot-nox curl util-linux fuse3)
+packages=(nginx libnginx-mod-http-echo s3fs rclone fio python3-matplotlib python3-numpy
+	gnuplot-nox curl util-linux fuse3)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
