@@ -12,7 +12,7 @@ LABEL = {
 }
 LARGE_LABEL = dict(LABEL, direct="direct S3 path (8 ranged GETs in parallel)",
                    local="local page cache (dd of the file)")
-# DESIGN.md: what one host needs to keep 4 accelerators busy.
+# docs/ARCHITECTURE.md, section 1: what one host needs to keep 4 accelerators busy.
 NEED_FILES_S = 2019
 PASS_FILES_S = 1716
 
@@ -343,7 +343,7 @@ def summary(res, w):
              "{:.2f}×".format(cmp["median_ratio"]) if cmp.get("median_ratio") else "–"))
     if d.get("bucketfs", {}).get("median_files_s") is not None:
         v = d["bucketfs"]["median_files_s"]
-        w("- DESIGN.md's target for one host is %s files/s (pass line %s) and at least 85%% "
+        w("- The target for one host (docs/ARCHITECTURE.md, section 1) is %s files/s (pass line %s) and at least 85%% "
           "of the direct S3 path; bucketfs delivered %s files/s, %s of the direct S3 path "
           "(`curl -Z`) and %s of the same %s Python readers fetching with GETs themselves."
           % (n0(NEED_FILES_S), n0(PASS_FILES_S), n0(v),
@@ -486,7 +486,7 @@ def how(res, w):
       "dropped before each run. bucketfs gets all 4 endpoints and a persisted index "
       "(built once per run of the rig with `bucketfs-index build`)."
       % (p.get("procs", 0), p.get("procs", 0), p.get("procs", 0)))
-    w("- DESIGN.md's \"Measured on this machine\" table was taken by hand with one nginx "
+    w("- The hand-measured table of docs/ARCHITECTURE.md, section 1, was taken by hand with one nginx "
       "endpoint and 4,000 files; compare bucketfs with the rows of this report, measured the "
       "same way in the same run, not with that table.")
     w("- Runs of the different paths are interleaved (run 1 of every path, then run 2, …) "
