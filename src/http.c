@@ -1827,6 +1827,8 @@ static gboolean start_threads(struct http *http, GError **error)
 {
 	guint i;
 
+	bfs_error_init(); /* before threads that make errors at once */
+
 	/* The copies they make grow with the loops' transfers. */
 	http->ndone = MAX(DONE_THREADS, http->nloops);
 	http->done_threads = g_new0(pthread_t, http->ndone);

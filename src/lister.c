@@ -868,6 +868,7 @@ gboolean lister_build(struct s3 *s3, const char *prefix, const char *path,
 	f.w = index_writer_new(path, s3_bucket(s3), job.prefix, error);
 	if (!f.w)
 		goto out;
+	bfs_error_init(); /* before the workers, which may fail at once */
 	for (i = 0; i < job.workers; i++)
 		g_ptr_array_add(threads,
 				g_thread_new("bfs-list", worker, &job));
