@@ -461,10 +461,11 @@ static gboolean spool_page(struct job *job, struct range *r,
 /*
  * Takes what a new page tells: the range's position, the listing's first
  * key, the page count; returns the range's end as it is now (*@listed:
- * a key).
+ * a key), and in *@failed whether the listing failed elsewhere.
  */
 static char *page_arrived(struct job *job, struct range *r,
-			  const s3_list_page *page, gboolean *listed)
+			  const s3_list_page *page, gboolean *listed,
+			  gboolean *failed)
 {
 	char *upto;
 
@@ -484,6 +485,7 @@ static char *page_arrived(struct job *job, struct range *r,
 	}
 	upto = g_strdup(r->upto);
 	*listed = r->upto_listed;
+	*failed = job->failed;
 	g_cond_broadcast(&job->cond);
 	g_mutex_unlock(&job->lock);
 	return upto;
@@ -508,13 +510,17 @@ static gboolean list_range(struct job *job, struct range *r, GError **error)
 	for (;;) {
 		g_autoptr(s3_list_page) page = NULL;
 		g_autofree char *upto = NULL;
-		gboolean listed, stop = FALSE;
+		gboolean listed, failed, stop = FALSE;
 
 		a.continuation_token = token;
 		page = s3_list(job->s3, &a, NULL, error);
 		if (!page)
 			return FALSE;
-		upto = page_arrived(job, r, page, &listed);
+		upto = page_arrived(job, r, page, &listed, &failed);
+		/* Nothing will be committed: stop (a cut-short range is never
+		 * fed, since the failure is fed first or ends the feeding). */
+		if (failed)
+			return TRUE;
 		if (!spool_page(job, r, page, upto, listed, prev, &stop, error))
 			return FALSE;
 		if (stop || !page->is_truncated)
