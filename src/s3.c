@@ -38,14 +38,7 @@ struct s3 {
 	GPtrArray *retired_creds;  /* protected by creds_lock */
 };
 
-enum call_kind {
-	CALL_GET,
-	CALL_HEAD,
-	CALL_LIST,
-	CALL_PING,
-	CALL_PUT,
-	CALL_DELETE
-};
+enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PUT, CALL_DELETE };
 
 /*
  * One S3 call.  Built by the caller's thread, then owned by the HTTP
@@ -123,7 +116,6 @@ static const char *method_of(enum call_kind kind)
 {
 	switch (kind) {
 	case CALL_HEAD:
-	case CALL_PING:
 		return "HEAD";
 	case CALL_PUT:
 		return "PUT";
@@ -162,10 +154,6 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 	guint i;
 
 	(void)error;
-	if (call->kind == CALL_PING) {
-		g_string_append_c(url, '/');
-		return TRUE;
-	}
 	if (s3->virtual_hosted) {
 		host = g_strdup_printf("%s.%s", s3->bucket, ep->hostport);
 		g_string_printf(url, "%s://%s", ep->scheme, host);
@@ -592,8 +580,6 @@ static enum http_verdict call_judge(const struct http_response *resp,
 {
 	struct call *call = data;
 
-	if (call->kind == CALL_PING)
-		return HTTP_VERDICT_DONE;
 	if (resp->status < 200 || resp->status >= 300)
 		return judge_error(call, resp, error);
 	meta_from_response(&call->meta, resp);
@@ -649,8 +635,6 @@ static void call_done(struct http_request *req, struct http_response *resp,
 	if (!error && call->kind == CALL_GET)
 		bytes = g_byte_array_free_to_bytes(
 			g_steal_pointer(&resp->body));
-	if (!error && call->kind == CALL_PING)
-		call->meta.status = resp->status;
 	if (call->get_done) {
 		call->get_done(bytes, &call->meta, error, call->user);
 		return;
@@ -789,28 +773,6 @@ gboolean s3_head(struct s3 *s3, const char *key, int endpoint,
 
 	if (meta)
 		meta_move(meta, &sync.meta);
-	s3_object_meta_clear(&sync.meta);
-	return ok;
-}
-
-gboolean s3_ping(struct s3 *s3, int endpoint, long *status, GError **error)
-{
-	struct sync sync = { 0 };
-	struct call *call = call_new(s3, CALL_PING, NULL);
-	const char *url = s3->endpoints[endpoint];
-	g_autofree char *what = g_strdup_printf("HEAD %s/", url);
-	struct http_request *req;
-	gboolean ok;
-
-	g_return_val_if_fail(endpoint >= 0, FALSE);
-	call->kind = CALL_PING;
-	req = http_request_new("HEAD", what, call_prepare, call_judge,
-			       call_done, call, call_free);
-	http_request_pin_endpoint(req, endpoint);
-	http_request_set_max_attempts(req, 1);
-	ok = run_sync(s3, call, req, &sync, error);
-	if (status)
-		*status = sync.meta.status;
 	s3_object_meta_clear(&sync.meta);
 	return ok;
 }

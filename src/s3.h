@@ -203,11 +203,4 @@ typedef gboolean (*s3_list_fn)(struct s3_list_page *page, void *user,
 gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
 		     s3_list_fn fn, void *user, GError **error);
 
-/*
- * An unsigned "HEAD /" on endpoint @endpoint: proves DNS, TCP, TLS and
- * HTTP work.  Any HTTP status counts as success and is stored in
- * @status.  One attempt only.  Blocking.
- */
-gboolean s3_ping(struct s3 *s3, int endpoint, long *status, GError **error);
-
 #endif
