@@ -24,6 +24,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "bdi.h"
 #include "config.h"
 #include "emptydirs.h"
 #include "error.h"
@@ -37,6 +38,7 @@
 
 #define DEFAULT_ENTRY_TIMEOUT	3600.0
 #define MAX_CONNECTIONS_DEFAULT 1024
+#define KERNEL_RA_DEFAULT	(16u << 20)
 
 /* clang-format off */
 static const char usage[] =
@@ -76,8 +78,12 @@ static const char mount_help[] =
 "    whole_max=BYTES       objects up to this size are fetched whole at\n"
 "                          open (default 8 MiB)\n"
 "    window_max=BYTES      largest sequential readahead window of a\n"
-"                          larger object (default 64 MiB)\n"
+"                          larger object (default 256 MiB)\n"
 "    memory_max=BYTES      all prefetch buffers together (default 1 GiB)\n"
+"    kernel_readahead=BYTES  how far the kernel reads ahead of a\n"
+"                          sequential reader (default 16 MiB; the mount's\n"
+"                          read_ahead_kb, which only root may raise above\n"
+"                          FUSE's 128 KiB; 0 leaves it alone)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 64);\n"
 "                          streams in listing order get 4 x this\n"
 "    direct_io=small|all|none  which files bypass the kernel's page\n"
@@ -216,6 +222,14 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 			m->fs.readahead.window_max = (guint64)d;
 		else
 			m->fs.readahead.memory_max = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "kernel_readahead")) {
+		/* read_ahead_kb is an unsigned long of KiB; INIT's field is
+		 * 32 bits of bytes. */
+		if (!parse_number(name, v, 1u << 30, &d, error))
+			return FALSE;
+		m->fs.readahead.kernel_ra = (guint64)d;
 		return TRUE;
 	}
 	if (!strcmp(name, "prefetch_depth")) {
@@ -435,6 +449,25 @@ static struct fuse_args fuse_args_for(struct mount *m)
 	return args;
 }
 
+/* Before the session loop: INIT, which follows, keeps it (bdi.h). */
+static void raise_kernel_readahead(struct mount *m)
+{
+	g_autoptr(GError) error = NULL;
+	guint64 bytes = m->fs.readahead.kernel_ra;
+
+	if (!bytes)
+		return;
+	if (bdi_set_readahead(m->mountpoint, "fuse.bucketfs", bytes, &error))
+		log_msg(LOG_LEVEL_DEBUG,
+			"kernel readahead %" G_GUINT64_FORMAT " KiB",
+			bytes >> 10);
+	else
+		log_error(LOG_LEVEL_INFO, error,
+			  "the kernel's readahead stays at FUSE's 128 KiB "
+			  "(large files read sequentially are slower; "
+			  "kernel_readahead needs root)");
+}
+
 /* Mounts and runs the session until unmounted; returns the exit status. */
 static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 {
@@ -450,6 +483,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		goto out_handlers;
 	/* The parent returns here: the mount exists. */
 	fuse_daemonize(m->foreground);
+	raise_kernel_readahead(m);
 
 	/* Threads start only now: they do not survive the fork. */
 	s3 = s3_new(&m->cfg, &error);
@@ -530,6 +564,7 @@ int main(int argc, char **argv)
 	m.fs.gid = getgid();
 	m.fs.file_mode = 0644;
 	m.fs.dir_mode = 0755;
+	m.fs.readahead.kernel_ra = KERNEL_RA_DEFAULT;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);
 	if (!parse_args(&m, argc, argv, &error)) {
 		fprintf(stderr, "bucketfs: %s\n", error->message);

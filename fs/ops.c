@@ -795,13 +795,18 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
-	(void)userdata;
+	struct fs *fs = userdata;
+
 	conn->want |= FUSE_CAP_ASYNC_READ;
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_read = 1u << 20;
-	conn->max_readahead = 1u << 20;
+	/* The kernel keeps the smaller of this and the bdi's read_ahead_kb,
+	 * which main.c raised to the same value if it could (bdi.h). */
+	conn->max_readahead =
+		(unsigned)MIN(MAX(fs->opts.readahead.kernel_ra, 1u << 20),
+			      G_MAXUINT32 & ~0xfffu);
 }
 
 const struct fuse_lowlevel_ops fs_ops = {

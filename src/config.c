@@ -779,11 +779,26 @@ gboolean config_parse_url(struct config *cfg, const char *url, GError **error)
  * bucketfs --help: tests/integration/test_config_file.py compares them.
  */
 static const char *const mount_keys[] = {
-	"entry_timeout", "free_space",	       "list_workers", "index_max_age",
-	"index_url",	 "index_url_fallback", "whole_max",    "window_max",
-	"memory_max",	 "prefetch_depth",     "direct_io",    "write_max",
-	"writable?",	 "allow_other?",       "uid",	       "gid",
-	"file_mode",	 "dir_mode",	       NULL,
+	"entry_timeout",
+	"free_space",
+	"list_workers",
+	"index_max_age",
+	"index_url",
+	"index_url_fallback",
+	"whole_max",
+	"window_max",
+	"memory_max",
+	"prefetch_depth",
+	"direct_io",
+	"write_max",
+	"writable?",
+	"allow_other?",
+	"uid",
+	"gid",
+	"file_mode",
+	"dir_mode",
+	"kernel_readahead",
+	NULL,
 };
 
 const char *const *config_mount_keys(void)

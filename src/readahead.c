@@ -17,9 +17,11 @@
 #include "log.h"
 #include "readahead.h"
 
-#define DEF_WHOLE_MAX	   (8u << 20)
-#define DEF_WINDOW_MIN	   ((1u << 20) + (128u << 10))
-#define DEF_WINDOW_MAX	   (64u << 20)
+#define DEF_WHOLE_MAX  (8u << 20)
+#define DEF_WINDOW_MIN ((1u << 20) + (128u << 10))
+#define DEF_WINDOW_MAX (256u << 20)
+/* The window is at most this many times the bytes read in sequence. */
+#define WINDOW_PER_READ	   4
 #define DEF_PART_SIZE	   (8u << 20)
 #define DEF_MEMORY_MAX	   (G_GUINT64_CONSTANT(1) << 30)
 #define DEF_PREFETCH_DEPTH 64
@@ -85,9 +87,10 @@ struct ra_file {
 	guint refs;	    /* handle + GETs in flight; under ra->lock */
 	struct object *obj; /* small objects */
 	/* Large objects, under ra->lock. */
-	guint64 next_off;  /* where the next sequential read starts */
-	guint64 window;	   /* 0 while reading randomly */
-	GHashTable *parts; /* index -> struct part * */
+	guint64 next_off;     /* the furthest end read since the last seek */
+	guint64 stream_start; /* where the reads since that seek began */
+	guint64 window;	      /* 0 while reading randomly */
+	GHashTable *parts;    /* index -> struct part * */
 };
 
 struct announce {
@@ -572,12 +575,26 @@ static struct part *get_part(struct ra_file *f, guint64 index)
 	return p;
 }
 
-/* Frees the parts wholly before @off: a sequential reader is past them. */
+/*
+ * How far behind the furthest read the late reads of a sequential reader
+ * may arrive: two of the kernel's batches, the one in flight when the
+ * next one starts.
+ */
+static guint64 reorder_tolerance(const struct readahead *ra)
+{
+	return MAX(SEEK_TOLERANCE, 2 * ra->o.kernel_ra);
+}
+
+/* Frees the parts wholly before @off, less the reorder tolerance: a
+ * sequential reader is past them, and so are its late reads. */
 static void drop_parts_before(struct ra_file *f, guint64 off)
 {
 	guint64 ps = f->ra->o.part_size;
 	GHashTableIter it;
 	struct part *p;
+
+	off = off > reorder_tolerance(f->ra) ? off - reorder_tolerance(f->ra)
+					     : 0;
 
 	g_hash_table_iter_init(&it, f->parts);
 	while (g_hash_table_iter_next(&it, NULL, (gpointer *)&p)) {
@@ -649,7 +666,12 @@ static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
 
 	f->window = f->window ? MIN(f->window * 2, ra->o.window_max)
 			      : ra->o.window_min;
-	drop_parts_before(f, off);
+	/* Never far more ahead than the reader has read: a reader that
+	 * stops early leaves little fetched for nothing. */
+	f->window = MIN(f->window,
+			MAX(ra->o.window_min,
+			    WINDOW_PER_READ * (f->next_off - f->stream_start)));
+	drop_parts_before(f, MAX(off, f->next_off));
 	s->f = f;
 	s->off = off;
 	s->size = end - off;
@@ -674,6 +696,31 @@ static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
 		get_part(f, i);
 	}
 	return s->pending ? NULL : s;
+}
+
+/*
+ * Whether a read of a large object belongs to the sequential stream.  The
+ * kernel's readahead sends a batch of reads at once, up to the mount's
+ * read_ahead_kb, and the FUSE threads deliver them in any order: while
+ * a stream is going, a read counts as sequential if it lies in the window
+ * ahead of the furthest byte read so far or in the two batches behind it
+ * (their parts are kept), or wholly in parts already fetched or on their
+ * way.  While reading randomly, only within SEEK_TOLERANCE of the last
+ * read.  Under ra->lock.
+ */
+static gboolean near_stream(struct ra_file *f, guint64 off, gsize size)
+{
+	guint64 ps = f->ra->o.part_size;
+	guint64 ahead = MAX(SEEK_TOLERANCE, f->window);
+	guint64 behind = f->window ? reorder_tolerance(f->ra) : SEEK_TOLERANCE;
+	guint64 end = MIN(off + size, f->size), i;
+
+	if (off + behind >= f->next_off && off <= f->next_off + ahead)
+		return TRUE;
+	for (i = off / ps; i <= (end - 1) / ps; i++)
+		if (!g_hash_table_contains(f->parts, &i))
+			return FALSE;
+	return TRUE;
 }
 
 /* -- files -------------------------------------------------------------- */
@@ -749,14 +796,16 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		g_clear_error(&error);
 		return;
 	}
-	if (off + SEEK_TOLERANCE >= f->next_off &&
-	    off <= f->next_off + SEEK_TOLERANCE) {
+	if (near_stream(f, off, size)) {
 		s = read_window(f, off, size, done, user);
+		f->next_off = MAX(f->next_off, off + size);
 	} else {
+		/* A seek: a stream may start again here. */
 		f->window = 0;
 		read_direct(f, off, size, done, user);
+		f->stream_start = off;
+		f->next_off = off + size;
 	}
-	f->next_off = off + size;
 	if (s) {
 		const GError *e = NULL;
 

@@ -11,10 +11,12 @@
  * and each file is read once per epoch).
  *
  * Large objects are read through a per-handle window: reads that follow
- * each other (within a seek tolerance) grow the window from window_min to
- * window_max, fetched as parts of part_size in parallel (the HTTP engine
- * spreads them over the endpoints); any other read is one ranged GET of
- * exactly what was asked.
+ * each other grow the window from window_min to window_max (but to no
+ * more than 4 x the bytes read in sequence), fetched as parts of part_size
+ * in parallel (the HTTP engine spreads them over the endpoints).  "Follow
+ * each other" allows for the kernel's readahead, whose reads arrive in
+ * any order within kernel_ra of each other.  Any other read is one ranged
+ * GET of exactly what was asked.
  *
  * Announcements are promises (readahead_prefetch(): a hint) or guesses
  * (readahead_guess(): a stream's lookahead, see streams.h); guesses yield
@@ -45,9 +47,12 @@ struct ra_file;
 struct ra_options {
 	guint64 whole_max;    /* fetch objects up to this whole (8 MiB) */
 	guint64 window_min;   /* first sequential window (1 MiB+128 KiB) */
-	guint64 window_max;   /* largest window (64 MiB) */
+	guint64 window_max;   /* largest window (256 MiB) */
 	guint64 part_size;    /* one GET of a large object (8 MiB) */
 	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
+	guint64 kernel_ra;    /* the most the kernel reads ahead in one
+			       * batch (0: 1 MiB); its reads come in any order
+			       * within that much of each other */
 	guint prefetch_depth; /* announced objects fetched ahead (64);
 			       * guesses: see readahead_guess_depth() */
 };
