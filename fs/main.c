@@ -38,7 +38,7 @@
 
 #define DEFAULT_ENTRY_TIMEOUT	3600.0
 #define MAX_CONNECTIONS_DEFAULT 1024
-#define KERNEL_RA_DEFAULT	(16u << 20)
+#define KERNEL_RA_DEFAULT	(2u << 20)
 
 /* clang-format off */
 static const char usage[] =
@@ -81,7 +81,7 @@ static const char mount_help[] =
 "                          larger object (default 256 MiB)\n"
 "    memory_max=BYTES      all prefetch buffers together (default 1 GiB)\n"
 "    kernel_readahead=BYTES  how far the kernel reads ahead of a\n"
-"                          sequential reader (default 16 MiB; the mount's\n"
+"                          sequential reader (default 2 MiB; the mount's\n"
 "                          read_ahead_kb, which only root may raise above\n"
 "                          FUSE's 128 KiB; 0 leaves it alone)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 64);\n"
