@@ -19,7 +19,7 @@
 
 #define DEF_WHOLE_MAX  (8u << 20)
 #define DEF_WINDOW_MIN ((1u << 20) + (128u << 10))
-#define DEF_WINDOW_MAX (256u << 20)
+#define DEF_WINDOW_MAX (64u << 20)
 /* The window is at most this many times the bytes read in sequence. */
 #define WINDOW_PER_READ	   4
 #define DEF_PART_SIZE	   (8u << 20)
@@ -652,26 +652,17 @@ static void read_direct(struct ra_file *f, guint64 off, gsize size,
 }
 
 /*
- * A sequential read: the window grows, the parts ahead are started within
- * the memory budget, and the read waits for its own parts.  Under lock;
- * returns a span to serve now (all its parts ready) or NULL.
+ * A span over the parts of [@off, @off + @size), each started if missing
+ * and pinned until the span is served.  Under ra->lock; the caller serves
+ * the span at once if no part is pending, else part_done() does.
  */
-static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
-				ra_read_fn done, void *user)
+static struct span *read_parts(struct ra_file *f, guint64 off, gsize size,
+			       ra_read_fn done, void *user)
 {
-	struct readahead *ra = f->ra;
-	guint64 ps = ra->o.part_size;
+	guint64 ps = f->ra->o.part_size;
 	guint64 end = MIN(off + size, f->size), i;
 	struct span *s = g_new0(struct span, 1);
 
-	f->window = f->window ? MIN(f->window * 2, ra->o.window_max)
-			      : ra->o.window_min;
-	/* Never far more ahead than the reader has read: a reader that
-	 * stops early leaves little fetched for nothing. */
-	f->window = MIN(f->window,
-			MAX(ra->o.window_min,
-			    WINDOW_PER_READ * (f->next_off - f->stream_start)));
-	drop_parts_before(f, MAX(off, f->next_off));
 	s->f = f;
 	s->off = off;
 	s->size = end - off;
@@ -687,7 +678,31 @@ static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
 			g_queue_push_tail(&p->spans, s);
 		}
 	}
-	/* Read ahead, as far as the window and the budget allow. */
+	return s;
+}
+
+/*
+ * A read at the head of a sequential stream: the window grows, the parts
+ * the reader is past are let go, and the parts ahead are started within
+ * the memory budget.  Under lock; returns the read's span.
+ */
+static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
+				ra_read_fn done, void *user)
+{
+	struct readahead *ra = f->ra;
+	guint64 ps = ra->o.part_size;
+	guint64 end = MIN(off + size, f->size), i;
+	struct span *s;
+
+	f->window = f->window ? MIN(f->window * 2, ra->o.window_max)
+			      : ra->o.window_min;
+	/* Never far more ahead than the reader has read: a reader that
+	 * stops early leaves little fetched for nothing. */
+	f->window = MIN(f->window,
+			MAX(ra->o.window_min,
+			    WINDOW_PER_READ * (f->next_off - f->stream_start)));
+	drop_parts_before(f, MAX(off, f->next_off));
+	s = read_parts(f, off, size, done, user);
 	for (i = end / ps; i * ps < MIN(end + f->window, f->size); i++) {
 		if (g_hash_table_contains(f->parts, &i))
 			continue;
@@ -695,28 +710,33 @@ static struct span *read_window(struct ra_file *f, guint64 off, gsize size,
 			break;
 		get_part(f, i);
 	}
-	return s->pending ? NULL : s;
+	return s;
 }
 
 /*
- * Whether a read of a large object belongs to the sequential stream.  The
- * kernel's readahead sends a batch of reads at once, up to the mount's
- * read_ahead_kb, and the FUSE threads deliver them in any order: while
- * a stream is going, a read counts as sequential if it lies in the window
- * ahead of the furthest byte read so far or in the two batches behind it
- * (their parts are kept), or wholly in parts already fetched or on their
- * way.  While reading randomly, only within SEEK_TOLERANCE of the last
- * read.  Under ra->lock.
+ * Whether a read of a large object is at the head of its sequential
+ * stream.  The kernel's readahead sends a batch of reads at once, up to
+ * the mount's read_ahead_kb, and the FUSE threads deliver them in any
+ * order.  While a stream is going, the head is the window ahead of the
+ * furthest byte read so far and the two batches behind it (their parts
+ * are kept); after a seek, within SEEK_TOLERANCE of the last read (a
+ * batch reordered there costs a direct read or two).  Under ra->lock.
  */
-static gboolean near_stream(struct ra_file *f, guint64 off, gsize size)
+static gboolean at_head(const struct ra_file *f, guint64 off)
+{
+	const struct readahead *ra = f->ra;
+	guint64 ahead = MAX(SEEK_TOLERANCE, f->window);
+	guint64 behind = f->window ? reorder_tolerance(ra) : SEEK_TOLERANCE;
+
+	return off + behind >= f->next_off && off <= f->next_off + ahead;
+}
+
+/* Whether every part [@off, @off + @size) needs is held or on its way. */
+static gboolean in_parts(struct ra_file *f, guint64 off, gsize size)
 {
 	guint64 ps = f->ra->o.part_size;
-	guint64 ahead = MAX(SEEK_TOLERANCE, f->window);
-	guint64 behind = f->window ? reorder_tolerance(f->ra) : SEEK_TOLERANCE;
 	guint64 end = MIN(off + size, f->size), i;
 
-	if (off + behind >= f->next_off && off <= f->next_off + ahead)
-		return TRUE;
 	for (i = off / ps; i <= (end - 1) / ps; i++)
 		if (!g_hash_table_contains(f->parts, &i))
 			return FALSE;
@@ -796,9 +816,12 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		g_clear_error(&error);
 		return;
 	}
-	if (near_stream(f, off, size)) {
+	if (at_head(f, off)) {
 		s = read_window(f, off, size, done, user);
 		f->next_off = MAX(f->next_off, off + size);
+	} else if (in_parts(f, off, size)) {
+		/* Held already: served from there, the stream left as is. */
+		s = read_parts(f, off, size, done, user);
 	} else {
 		/* A seek: a stream may start again here. */
 		f->window = 0;
@@ -806,6 +829,8 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		f->stream_start = off;
 		f->next_off = off + size;
 	}
+	if (s && s->pending)
+		s = NULL; /* part_done() serves it */
 	if (s) {
 		const GError *e = NULL;
 
