@@ -449,15 +449,21 @@ static struct fuse_args fuse_args_for(struct mount *m)
 	return args;
 }
 
-/* Before the session loop: INIT, which follows, keeps it (bdi.h). */
-static void raise_kernel_readahead(struct mount *m)
+/*
+ * Before the session loop: INIT, which follows, keeps it (bdi.h).  @real
+ * is the mount point with its symlinks resolved, as mountinfo shows it,
+ * taken before mounting (once mounted, resolving it would wait on this
+ * very loop).
+ */
+static void raise_kernel_readahead(struct mount *m, const char *real)
 {
 	g_autoptr(GError) error = NULL;
 	guint64 bytes = m->fs.readahead.kernel_ra;
 
 	if (!bytes)
 		return;
-	if (bdi_set_readahead(m->mountpoint, "fuse.bucketfs", bytes, &error))
+	if (bdi_set_readahead(real ? real : m->mountpoint, "fuse.bucketfs",
+			      bytes, &error))
 		log_msg(LOG_LEVEL_DEBUG,
 			"kernel readahead %" G_GUINT64_FORMAT " KiB",
 			bytes >> 10);
@@ -474,6 +480,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	struct fuse_loop_config *lc = NULL;
 	struct reloader r = { .m = m, .fs = fs };
 	g_autoptr(GError) error = NULL;
+	g_autofree char *real = realpath(m->mountpoint, NULL);
 	struct s3 *s3;
 	int rc = 1;
 
@@ -483,7 +490,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		goto out_handlers;
 	/* The parent returns here: the mount exists. */
 	fuse_daemonize(m->foreground);
-	raise_kernel_readahead(m);
+	raise_kernel_readahead(m, real);
 
 	/* Threads start only now: they do not survive the fork. */
 	s3 = s3_new(&m->cfg, &error);

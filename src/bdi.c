@@ -3,7 +3,9 @@
  * bdi.c - the kernel's readahead for a mount: see bdi.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bdi.h"
 #include "error.h"
@@ -65,6 +67,7 @@ gboolean bdi_set_readahead(const char *mountpoint, const char *fstype,
 {
 	g_autofree char *info = NULL, *dev = NULL, *path = NULL, *kb = NULL;
 	GError *e = NULL;
+	int fd;
 
 	if (!g_file_get_contents("/proc/self/mountinfo", &info, NULL, &e)) {
 		g_propagate_error(error, e);
@@ -75,11 +78,16 @@ gboolean bdi_set_readahead(const char *mountpoint, const char *fstype,
 		return FALSE;
 	path = g_strdup_printf("/sys/class/bdi/%s/read_ahead_kb", dev);
 	kb = g_strdup_printf("%" G_GUINT64_FORMAT "\n", bytes >> 10);
-	/* g_file_set_contents() would write a temporary file beside it. */
-	if (!g_file_set_contents_full(path, kb, -1, G_FILE_SET_CONTENTS_NONE,
-				      0644, &e)) {
-		g_propagate_prefixed_error(error, e, "cannot set %s: ", path);
+	fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, kb, strlen(kb)) != (ssize_t)strlen(kb)) {
+		int err = fd < 0 || errno ? errno : EIO;
+
+		g_set_error(error, BFS_ERROR, err, "cannot write %s to %s: %s",
+			    g_strchomp(kb), path, g_strerror(err));
+		if (fd >= 0)
+			close(fd);
 		return FALSE;
 	}
+	close(fd);
 	return TRUE;
 }
