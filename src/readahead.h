@@ -53,15 +53,15 @@ struct ra_options {
 	guint64 kernel_ra;    /* the most the kernel reads ahead in one
 			       * batch (0: 1 MiB); its reads come in any order
 			       * within that much of each other */
-	guint prefetch_depth; /* announced objects fetched ahead (64);
+	guint prefetch_depth; /* announced objects fetched ahead (256);
 			       * guesses: see readahead_guess_depth() */
 };
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);
 
-/* How many guesses may be fetched and unopened at once: 4 x
- * prefetch_depth (resolved). */
+/* How many guesses may be fetched and unopened at once: prefetch_depth
+ * of their own (resolved). */
 guint readahead_guess_depth(const struct readahead *ra);
 
 /* Counters, a snapshot.  Plain data. */
