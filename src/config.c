@@ -1795,7 +1795,7 @@ static const char config_help[] =
 "    max_connections=N     connection limit, 1..1000000 (default 64)\n"
 "    event_threads=N       HTTP event threads, each with its share of\n"
 "                          max_connections, 1..64 (default: a quarter\n"
-"                          of the cores, 1 to 16)\n"
+"                          of the cores, 2 to 16)\n"
 "    ro                    read-only (the default; rw, which mount(8)\n"
 "                          passes, is accepted and ignored: writes\n"
 "                          get EROFS)\n"

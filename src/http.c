@@ -1763,7 +1763,7 @@ guint http_default_event_threads(void)
 {
 	guint cores = g_get_num_processors();
 
-	return CLAMP(cores / 4, 1, 16);
+	return CLAMP(cores / 4, 2, 16);
 }
 
 static void http_set_options(struct http *http, const struct http_options *o)

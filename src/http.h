@@ -133,11 +133,11 @@ struct http_options {
 
 /*
  * The event threads an engine runs when http_options.event_threads is 0:
- * a quarter of the processors this process may use, 1 to 16.  One
- * thread at 48% of a core moves about 3,400 small objects a second
- * (docs/PERFORMANCE.md), so a small host gains nothing from a second one
- * but contention with the FUSE threads that feed it; a 32-core host gets
- * 8.  Any thread.
+ * a quarter of the processors this process may use, 2 to 16.  Even on
+ * two busy cores a second thread pays: a lone loop, woken late and
+ * serving every socket, delayed each GET of 32 readers at 20 ms by ~4 ms
+ * (1.16x the files/s with two; docs/PERFORMANCE.md).  A 32-core host
+ * gets 8.  Any thread.
  */
 guint http_default_event_threads(void);
 
