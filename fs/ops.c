@@ -622,8 +622,24 @@ static void get_stream_stats(struct fs *fs, struct streams_stats *out)
 	g_mutex_unlock(&fs->lock);
 }
 
-/* Live counters as JSON: per endpoint, the readahead engine's, and the
- * stream detector's. */
+/* "stages": where recent requests' time went (http_get_stage_stats()). */
+static void append_stages(GString *out, struct http *http)
+{
+	struct http_stage_stats st;
+	guint i;
+
+	http_get_stage_stats(http, &st);
+	g_string_append_printf(out, " \"stages\": {\"samples\": %u",
+			       st.samples);
+	for (i = 0; i < HTTP_STAGES; i++)
+		g_string_append_printf(
+			out, ", \"%s\": {\"p50_ms\": %.2f, \"p99_ms\": %.2f}",
+			http_stage_name(i), st.p50_ms[i], st.p99_ms[i]);
+	g_string_append(out, "},\n");
+}
+
+/* Live counters as JSON: per endpoint, the request stages, the readahead
+ * engine's, and the stream detector's. */
 static char *stats_json(struct fs *fs)
 {
 	struct http *http = s3_get_http(fs->s3);
@@ -677,6 +693,7 @@ static char *stats_json(struct fs *fs)
 		", \"handed_over\": %" G_GUINT64_FORMAT "},\n",
 		__atomic_load_n(&fs->reads, __ATOMIC_RELAXED),
 		__atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED));
+	append_stages(out, http);
 	g_string_append_printf(
 		out,
 		" \"streams\": {\"opens\": %" G_GUINT64_FORMAT
@@ -846,6 +863,7 @@ void log_summary(struct fs *fs)
 	guint n = http_endpoint_count(http), i;
 	g_autofree struct http_endpoint_stats *es =
 		g_new0(struct http_endpoint_stats, n);
+	struct http_stage_stats st;
 	struct ra_stats rs;
 	struct streams_stats ss;
 
@@ -861,6 +879,20 @@ void log_summary(struct fs *fs)
 			es[i].url, es[i].requests, es[i].bytes, es[i].errors,
 			es[i].hedges, es[i].ejections, es[i].p50_ms,
 			es[i].p99_ms);
+	http_get_stage_stats(http, &st);
+	if (st.samples)
+		log_msg(LOG_LEVEL_NOTICE,
+			"requests (the last %u), p50/p99 ms: waiting "
+			"%.1f/%.1f, "
+			"first byte %.1f/%.1f, body %.1f/%.1f, hand-off "
+			"%.1f/%.1f",
+			st.samples, st.p50_ms[HTTP_STAGE_WAIT],
+			st.p99_ms[HTTP_STAGE_WAIT],
+			st.p50_ms[HTTP_STAGE_FIRST_BYTE],
+			st.p99_ms[HTTP_STAGE_FIRST_BYTE],
+			st.p50_ms[HTTP_STAGE_BODY], st.p99_ms[HTTP_STAGE_BODY],
+			st.p50_ms[HTTP_STAGE_HANDOFF],
+			st.p99_ms[HTTP_STAGE_HANDOFF]);
 	readahead_get_stats(fs->ra, &rs);
 	log_msg(LOG_LEVEL_NOTICE,
 		"readahead: %" G_GUINT64_FORMAT

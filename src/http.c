@@ -50,6 +50,7 @@
 #define ERROR_BODY_LIMIT   (64u << 10)
 #define LATENCY_RING	   1024	 /* successful attempts kept per endpoint */
 #define HEDGE_RING	   256	 /* hedged requests kept for their p95 */
+#define STAGE_RING	   1024	 /* requests kept for their stage times */
 #define TICK_US		   10000 /* the ramp-up's tick */
 #define EWMA_WEIGHT	   0.2	 /* of the newest latency */
 #define EWMA_HALF_LIFE_US  G_USEC_PER_SEC /* of a latency not renewed */
@@ -156,6 +157,10 @@ struct http {
 	gint64 hedge_delay_us;	      /* protected by lock: cached */
 	gint64 hedge_due_us; /* protected by lock: when to compute it again,
 			      * 0 = not needed */
+	/* Protected by lock: rings of successful requests' stage times
+	 * (http_get_stage_stats()). */
+	guint32 stage_us[HTTP_STAGES][STAGE_RING];
+	guint stage_len, stage_pos;
 
 	/* Finished requests wait here for a done thread. */
 	pthread_mutex_t done_lock;
@@ -177,6 +182,7 @@ struct attempt {
 	GByteArray *body;
 	GHashTable *headers;
 	gint64 start_us;
+	gint64 head_us;	  /* when its (last) status line arrived */
 	guint64 received; /* body bytes, kept or not */
 	long status;
 	gboolean overflow;
@@ -208,6 +214,7 @@ struct http_request {
 	GBytes *upload;
 	int pinned;	    /* endpoint index or -1 */
 	guint max_attempts; /* 0 = the engine's */
+	gint64 submit_us;   /* http_submit() */
 
 	/* Its loop's only, once taken (before: under http->lock). */
 	struct loop *loop; /* the one it lives on, NULL until taken */
@@ -237,6 +244,7 @@ struct completion {
 	struct http_response resp;
 	gboolean has_resp;
 	GError *error;
+	gint64 finished_us; /* when the loop handed it over */
 };
 
 /* -- endpoints ---------------------------------------------------------- */
@@ -700,6 +708,8 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	const char *v, *end = buf + n;
 
 	a->moved_us = g_get_monotonic_time();
+	if (n > 5 && !memcmp(buf, "HTTP/", 5))
+		a->head_us = a->moved_us;
 	/* A new status line (after 100 Continue, say) starts over. */
 	if (n >= 5 && !memcmp(buf, "HTTP/", 5)) {
 		g_hash_table_remove_all(a->headers);
@@ -864,10 +874,36 @@ static void attempt_drop_transfer(struct attempt *a)
 	g_clear_pointer(&a->req_headers, curl_slist_free_all);
 }
 
+/* Adds a successful request's stage times to the rings. */
+static void stage_sample(struct completion *c)
+{
+	struct attempt *a = c->a;
+	struct http *http = a->http;
+	gint64 now = g_get_monotonic_time();
+	gint64 t[HTTP_STAGES] = {
+		[HTTP_STAGE_WAIT] = a->start_us - c->req->submit_us,
+		[HTTP_STAGE_FIRST_BYTE] = a->head_us - a->start_us,
+		[HTTP_STAGE_BODY] = c->finished_us - a->head_us,
+		[HTTP_STAGE_HANDOFF] = now - c->finished_us,
+	};
+	guint i;
+
+	pthread_mutex_lock(&http->lock);
+	for (i = 0; i < HTTP_STAGES; i++)
+		http->stage_us[i][http->stage_pos] =
+			(guint32)CLAMP(t[i], 0, G_MAXUINT32);
+	http->stage_pos = (http->stage_pos + 1) % STAGE_RING;
+	http->stage_len = MIN(http->stage_len + 1, STAGE_RING);
+	pthread_mutex_unlock(&http->lock);
+}
+
 /* Calls done() once, then frees what the completion holds. */
 static void complete(struct completion *c)
 {
 	struct http_request *req = c->req;
+
+	if (c->a && c->has_resp && !c->error && c->a->head_us && req->submit_us)
+		stage_sample(c);
 
 	req->done(req, c->has_resp ? &c->resp : NULL, c->error, req->data);
 	/* done() may have stolen the body. */
@@ -922,6 +958,7 @@ static void finish(struct http *http, struct http_request *req,
 		c->has_resp = TRUE;
 	}
 	c->error = error ? g_error_copy(error) : NULL;
+	c->finished_us = g_get_monotonic_time();
 	pthread_mutex_lock(&http->done_lock);
 	g_queue_push_tail(&http->done_queue, c);
 	pthread_cond_signal(&http->done_cond);
@@ -1999,6 +2036,38 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 	}
 }
 
+const char *http_stage_name(enum http_stage stage)
+{
+	static const char *const names[HTTP_STAGES] = {
+		[HTTP_STAGE_WAIT] = "wait",
+		[HTTP_STAGE_FIRST_BYTE] = "first_byte",
+		[HTTP_STAGE_BODY] = "body",
+		[HTTP_STAGE_HANDOFF] = "handoff",
+	};
+
+	return stage < HTTP_STAGES ? names[stage] : "?";
+}
+
+void http_get_stage_stats(struct http *http, struct http_stage_stats *out)
+{
+	g_autofree guint32 *v = g_new(guint32, STAGE_RING);
+	guint i;
+
+	g_return_if_fail(http && out);
+	memset(out, 0, sizeof(*out));
+	for (i = 0; i < HTTP_STAGES; i++) {
+		guint n;
+
+		pthread_mutex_lock(&http->lock);
+		n = http->stage_len;
+		memcpy(v, http->stage_us[i], n * sizeof(v[0]));
+		pthread_mutex_unlock(&http->lock);
+		out->samples = n;
+		out->p50_ms[i] = percentile(v, n, 50) / 1000.0;
+		out->p99_ms[i] = percentile(v, n, 99) / 1000.0;
+	}
+}
+
 guint http_queued(struct http *http)
 {
 	guint n, i;
@@ -2086,6 +2155,7 @@ void http_submit(struct http *http, struct http_request *req)
 	g_return_if_fail(req->pinned < (int)http->endpoints->len);
 	if (!req->max_attempts || req->max_attempts > http->max_attempts)
 		req->max_attempts = http->max_attempts;
+	req->submit_us = g_get_monotonic_time();
 	pthread_mutex_lock(&http->lock);
 	closed = http->closed;
 	if (!closed)

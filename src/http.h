@@ -259,6 +259,33 @@ void http_free(struct http *http);
 void http_get_stats(struct http *http, struct http_endpoint_stats *out);
 
 /*
+ * Where a successful request's time went, over the last 1024 of them: the
+ * wait before the attempt that answered started (the FIFO, an event
+ * thread's pickup, earlier attempts and their backoff), that attempt's
+ * first byte (connect if any, the request, the server's answer: its
+ * status line), the body, and the hand-off to a done thread before done()
+ * ran.  Milliseconds; 0 with no sample yet.  Plain data.
+ */
+enum http_stage {
+	HTTP_STAGE_WAIT,
+	HTTP_STAGE_FIRST_BYTE,
+	HTTP_STAGE_BODY,
+	HTTP_STAGE_HANDOFF,
+	HTTP_STAGES
+};
+struct http_stage_stats {
+	guint samples;
+	double p50_ms[HTTP_STAGES];
+	double p99_ms[HTTP_STAGES];
+};
+
+/* "wait", "first_byte", "body", "handoff". */
+const char *http_stage_name(enum http_stage stage);
+
+/* A snapshot of the stage times.  Any thread. */
+void http_get_stage_stats(struct http *http, struct http_stage_stats *out);
+
+/*
  * Requests submitted but not yet started, waiting for a transfer slot
  * (beyond the connection budget) or for the ramp-up, on every event
  * thread and in the engine's FIFO.  Requests waiting out

@@ -412,6 +412,30 @@ class ReadaheadTest(harness.MountCase):
         self.assertRegex(m.output(), r"endpoint http://\S+: \d+ requests")
         self.assertIn("readahead: ", m.output())
 
+    def test_request_stages(self):
+        """Where requests' time went: a server that answers each GET
+        after 0.3 s shows in the first byte's stage, not in the others,
+        live in the stats and in the unmount summary."""
+        m = self.mount()
+        self.server.faults([{"op": "GET", "kind": "delay", "seconds": 0.3}])
+        try:
+            for name in ("small/f010.bin", "small/f011.bin", "small/f012.bin"):
+                with open(m.path(*name.split("/")), "rb") as f:
+                    self.assertEqual(f.read(), self.small[name])
+        finally:
+            self.server.clear_faults()
+        st = self.stats(m)["stages"]
+        self.assertGreaterEqual(st["samples"], 3, st)
+        self.assertGreaterEqual(st["first_byte"]["p50_ms"], 300, st)
+        for stage in ("wait", "body", "handoff"):
+            self.assertLess(st[stage]["p50_ms"], 250, st)
+            self.assertGreaterEqual(st[stage]["p50_ms"], 0, st)
+        self.mounts.remove(m)
+        rc, status = m.unmount()
+        self.assertEqual((rc, status), (0, 0))
+        self.assertRegex(m.output(), r"requests \(the last \d+\), p50/p99 ms: "
+                                     r"waiting [\d.]+/[\d.]+, first byte [\d.]+/")
+
 
 if __name__ == "__main__":
     harness.main()
