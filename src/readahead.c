@@ -733,15 +733,19 @@ static gboolean at_head(const struct ra_file *f, guint64 off)
 	return off + behind >= f->next_off && off <= f->next_off + ahead;
 }
 
-/* Whether every part [@off, @off + @size) needs is held or on its way. */
+/* Whether every part [@off, @off + @size) needs is held or on its way
+ * (a failed one is not: a read elsewhere in the file asks again). */
 static gboolean in_parts(struct ra_file *f, guint64 off, gsize size)
 {
 	guint64 ps = f->ra->o.part_size;
 	guint64 end = MIN(off + size, f->size), i;
 
-	for (i = off / ps; i <= (end - 1) / ps; i++)
-		if (!g_hash_table_contains(f->parts, &i))
+	for (i = off / ps; i <= (end - 1) / ps; i++) {
+		const struct part *p = g_hash_table_lookup(f->parts, &i);
+
+		if (!p || p->state == FAILED)
 			return FALSE;
+	}
 	return TRUE;
 }
 
