@@ -404,6 +404,53 @@ static void derive_signing_key(const char *secret, const char *day,
 	OPENSSL_cleanse(b, sizeof(b));
 }
 
+/*
+ * The signing key changes only with the day, the secret, the region and
+ * the service, so each thread keeps its last one: four of a request's
+ * five HMACs.  The secret is not kept, only its SHA-256, to tell it.
+ */
+#define KEY_CACHE_SCOPE 64
+struct key_cache {
+	gboolean valid;
+	char day[sizeof("20130524")];
+	char region[KEY_CACHE_SCOPE];
+	char service[KEY_CACHE_SCOPE];
+	guchar secret_sha[SHA256_LEN];
+	guchar key[SHA256_LEN];
+};
+
+static __thread struct key_cache key_cache;
+
+static void signing_key(const char *secret, const char *day, const char *region,
+			const char *service, guchar key[SHA256_LEN])
+{
+	struct key_cache *kc = &key_cache;
+	guchar sha[SHA256_LEN];
+	unsigned int len = 0;
+
+	if (strlen(region) >= KEY_CACHE_SCOPE ||
+	    strlen(service) >= KEY_CACHE_SCOPE) {
+		derive_signing_key(secret, day, region, service, key);
+		return;
+	}
+	if (!EVP_Digest(secret, strlen(secret), sha, &len, EVP_sha256(),
+			NULL) ||
+	    len != SHA256_LEN)
+		g_error("sigv4: SHA-256 failed");
+	if (!kc->valid || strcmp(kc->day, day) || strcmp(kc->region, region) ||
+	    strcmp(kc->service, service) ||
+	    CRYPTO_memcmp(kc->secret_sha, sha, SHA256_LEN)) {
+		derive_signing_key(secret, day, region, service, kc->key);
+		g_strlcpy(kc->day, day, sizeof(kc->day));
+		g_strlcpy(kc->region, region, sizeof(kc->region));
+		g_strlcpy(kc->service, service, sizeof(kc->service));
+		memcpy(kc->secret_sha, sha, SHA256_LEN);
+		kc->valid = TRUE;
+	}
+	OPENSSL_cleanse(sha, sizeof(sha));
+	memcpy(key, kc->key, SHA256_LEN);
+}
+
 static char *string_to_sign(const struct sigv4_request *req,
 			    const struct amz_date *date, const char *canonical,
 			    gsize canonical_len)
@@ -476,8 +523,8 @@ char **sigv4_sign(const struct sigv4_credentials *creds,
 	OPENSSL_cleanse(canonical->str, canonical->len);
 	g_string_free(canonical, TRUE);
 
-	derive_signing_key(creds->secret_access_key, date.day, req->region,
-			   req->service, key);
+	signing_key(creds->secret_access_key, date.day, req->region,
+		    req->service, key);
 	hmac_sha256(key, sizeof(key), sts, sig);
 	OPENSSL_cleanse(key, sizeof(key));
 	hex_encode(sig, sizeof(sig), sig_hex);

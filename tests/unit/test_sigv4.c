@@ -468,6 +468,57 @@ static void test_deterministic(void)
 	g_assert_cmpstr(a[2], !=, c[2]);
 }
 
+struct signing {
+	const struct sigv4_credentials *creds;
+	const struct sigv4_request *req;
+};
+
+static gpointer sign_in_thread(gpointer data)
+{
+	const struct signing *s = data;
+
+	return sigv4_sign(s->creds, s->req);
+}
+
+/*
+ * Each thread keeps its last signing key: a change of secret, day or
+ * region must give what a thread that never signed before gives.
+ */
+static void test_key_changes(void)
+{
+	struct sigv4_request req = ex_request("GET", "/a", "x=1");
+	struct sigv4_request next_day = req, region = req, service = req;
+	struct sigv4_credentials other = ex_creds;
+	const struct signing cases[] = {
+		{ &ex_creds, &req },	{ &other, &req },
+		{ &other, &next_day },	{ &ex_creds, &next_day },
+		{ &ex_creds, &region }, { &ex_creds, &service },
+		{ &ex_creds, &req },	{ &ex_creds, &req },
+	};
+	g_auto(GStrv) previous = NULL;
+	guint i;
+
+	other.secret_access_key = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEZ";
+	next_day.unix_time += 86400;
+	region.region = "eu-west-1";
+	service.service = "s3-object-lambda";
+	for (i = 0; i < G_N_ELEMENTS(cases); i++) {
+		g_auto(GStrv) here = sigv4_sign(cases[i].creds, cases[i].req);
+		g_auto(GStrv) fresh = g_thread_join(g_thread_new(
+			"sign", sign_in_thread, (gpointer)&cases[i]));
+		guint n = g_strv_length(here);
+
+		g_assert_cmpstrv(here, fresh);
+		if (previous && cases[i].req == cases[i - 1].req &&
+		    cases[i].creds == cases[i - 1].creds)
+			g_assert_cmpstr(here[n - 1], ==, previous[n - 1]);
+		else if (previous)
+			g_assert_cmpstr(here[n - 1], !=, previous[n - 1]);
+		g_strfreev(previous);
+		previous = g_steal_pointer(&here);
+	}
+}
+
 static void expect_invalid(const struct sigv4_request *req)
 {
 	char **headers;
@@ -526,6 +577,7 @@ int main(int argc, char **argv)
 	g_test_add_func("/sigv4/sign/session-token", test_session_token);
 	g_test_add_func("/sigv4/sign/payload-hash", test_payload_hash);
 	g_test_add_func("/sigv4/sign/deterministic", test_deterministic);
+	g_test_add_func("/sigv4/sign/key-changes", test_key_changes);
 	g_test_add_func("/sigv4/sign/invalid", test_invalid_requests);
 	g_test_add_func("/sigv4/uri-encode", test_uri_encode);
 	g_test_add_func("/sigv4/canonical/query", test_canonical_query);
