@@ -57,6 +57,7 @@
 #define DONE_THREADS	   2  /* at least, run done(): see struct completion */
 #define RECORD_LEN	   32 /* outcomes kept for the success rate */
 #define MAX_EVENT_THREADS  64
+#define SPARE_EASY_MAX	   256 /* idle easy handles kept per loop */
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -111,10 +112,11 @@ struct loop {
 	guint queued;  /* inbox + ready: requests waiting for a slot here */
 
 	/* The loop's own. */
-	GQueue ready;	   /* requests waiting for a slot, FIFO */
-	GQueue waiting;	   /* requests in backoff, sorted by due_us */
-	GQueue hedge_wait; /* attempts that may be hedged, by start_us */
-	GHashTable *live;  /* every request taken and not yet done */
+	GQueue ready;	       /* requests waiting for a slot, FIFO */
+	GQueue waiting;	       /* requests in backoff, sorted by due_us */
+	GQueue hedge_wait;     /* attempts that may be hedged, by start_us */
+	GHashTable *live;      /* every request taken and not yet done */
+	GPtrArray *spare_easy; /* easy handles for later attempts */
 	gboolean ramp_blocked;
 	gboolean hedge_blocked;
 	GRand *rand; /* backoff jitter */
@@ -634,14 +636,47 @@ void http_request_pin_endpoint(struct http_request *req, guint index)
 	req->pinned = (int)index;
 }
 
-static void attempt_free(struct attempt *a)
+/*
+ * Easy handles are kept on their loop for later attempts: a new one costs
+ * a few KiB of zeroed state, a 128 KiB buffer and the setting of all the
+ * options.  Loop thread only.
+ */
+static CURL *easy_get(struct loop *l)
+{
+	if (l->spare_easy->len)
+		return g_ptr_array_steal_index_fast(l->spare_easy,
+						    l->spare_easy->len - 1);
+	return curl_easy_init();
+}
+
+/* Reset, so that it keeps no pointer to its attempt; curl keeps its
+ * buffer.  At most one a slot is kept, and SPARE_EASY_MAX in all. */
+static void easy_put(struct loop *l, CURL *easy)
+{
+	if (l->spare_easy->len >= MIN(l->slots, SPARE_EASY_MAX)) {
+		curl_easy_cleanup(easy);
+		return;
+	}
+	curl_easy_reset(easy);
+	g_ptr_array_add(l->spare_easy, easy);
+}
+
+/* Lets go of @a's transfer, on its loop's thread. */
+static void attempt_drop_transfer(struct attempt *a)
 {
 	if (!a)
 		return;
 	if (a->easy)
-		curl_easy_cleanup(a->easy);
-	if (a->req_headers)
-		curl_slist_free_all(a->req_headers);
+		easy_put(a->loop, g_steal_pointer(&a->easy));
+	g_clear_pointer(&a->req_headers, curl_slist_free_all);
+}
+
+/* Off its loop's thread, @a's transfer must be dropped already. */
+static void attempt_free(struct attempt *a)
+{
+	if (!a)
+		return;
+	attempt_drop_transfer(a);
 	if (a->body)
 		g_byte_array_unref(a->body);
 	if (a->headers)
@@ -865,15 +900,6 @@ static char *chain_prefix(const struct http_request *req,
 			       (g_get_monotonic_time() - req->start_us) / 1e6);
 }
 
-/* Lets go of @a's transfer: curl handles stay on their loop. */
-static void attempt_drop_transfer(struct attempt *a)
-{
-	if (!a)
-		return;
-	g_clear_pointer(&a->easy, curl_easy_cleanup);
-	g_clear_pointer(&a->req_headers, curl_slist_free_all);
-}
-
 /* Adds a successful request's stage times to the rings. */
 static void stage_sample(struct completion *c)
 {
@@ -1003,7 +1029,7 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 			a->req_headers, g_ptr_array_index(headers, i));
 	/* No "Expect: 100-continue" round trip for small PUTs. */
 	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
-	a->easy = curl_easy_init();
+	a->easy = easy_get(l);
 	if (!a->easy) {
 		attempt_free(a);
 		return NULL;
@@ -1845,6 +1871,8 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	g_queue_init(&l->waiting);
 	g_queue_init(&l->hedge_wait);
 	l->live = g_hash_table_new(NULL, NULL);
+	l->spare_easy = g_ptr_array_new_with_free_func(
+		(GDestroyNotify)curl_easy_cleanup);
 	l->rand = g_rand_new();
 	l->multi = curl_multi_init();
 	if (!l->multi) {
@@ -1979,6 +2007,7 @@ void http_shutdown(struct http *http)
 
 static void loop_clear(struct loop *l)
 {
+	g_clear_pointer(&l->spare_easy, g_ptr_array_unref);
 	/* Closes the idle connections, through on_close_socket(). */
 	g_clear_pointer(&l->multi, curl_multi_cleanup);
 	g_clear_pointer(&l->live, g_hash_table_unref);
