@@ -18,13 +18,17 @@
  *   the payload hash
  *
  * Secrets: the secret access key and the derived signing keys are only held
- * in buffers that are wiped (OPENSSL_cleanse) before they are freed.  The
+ * in buffers that are wiped (OPENSSL_cleanse) before they are freed, but
+ * for one: each thread keeps its last signing key (valid for one day, one
+ * region, one service) and a SHA-256 of the secret it came from, to sign
+ * the next request without deriving the key again.  The
  * session token is part of the signed request and appears in the returned
  * x-amz-security-token header and in sigv4_canonical_request()'s output:
  * callers must not log those.  The Authorization header value carries no
  * secret, but it is still a credential for 15 minutes: do not log it either.
  *
- * All functions may be called from any thread; they share no state.
+ * All functions may be called from any thread; they share no state
+ * between threads.
  */
 #ifndef BUCKETFS_SIGV4_H
 #define BUCKETFS_SIGV4_H
