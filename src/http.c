@@ -2079,21 +2079,21 @@ const char *http_stage_name(enum http_stage stage)
 
 void http_get_stage_stats(struct http *http, struct http_stage_stats *out)
 {
-	g_autofree guint32 *v = g_new(guint32, STAGE_RING);
-	guint i;
+	/* One copy of all the rings, so the stages are of the same requests. */
+	g_autofree guint32 *v = g_new(guint32, HTTP_STAGES * STAGE_RING);
+	guint i, n;
 
 	g_return_if_fail(http && out);
 	memset(out, 0, sizeof(*out));
+	pthread_mutex_lock(&http->lock);
+	n = http->stage_len;
+	for (i = 0; i < HTTP_STAGES; i++)
+		memcpy(v + i * STAGE_RING, http->stage_us[i], n * sizeof(v[0]));
+	pthread_mutex_unlock(&http->lock);
+	out->samples = n;
 	for (i = 0; i < HTTP_STAGES; i++) {
-		guint n;
-
-		pthread_mutex_lock(&http->lock);
-		n = http->stage_len;
-		memcpy(v, http->stage_us[i], n * sizeof(v[0]));
-		pthread_mutex_unlock(&http->lock);
-		out->samples = n;
-		out->p50_ms[i] = percentile(v, n, 50) / 1000.0;
-		out->p99_ms[i] = percentile(v, n, 99) / 1000.0;
+		out->p50_ms[i] = percentile(v + i * STAGE_RING, n, 50) / 1000.0;
+		out->p99_ms[i] = percentile(v + i * STAGE_RING, n, 99) / 1000.0;
 	}
 }
 

@@ -17,16 +17,18 @@
 #include "log.h"
 #include "readahead.h"
 
-#define DEF_WHOLE_MAX  (8u << 20)
-#define DEF_WINDOW_MIN ((1u << 20) + (128u << 10))
-#define DEF_WINDOW_MAX (64u << 20)
-/* The window is at most this many times the bytes read in sequence. */
-#define WINDOW_PER_READ	   4
+#define DEF_WHOLE_MAX	   (8u << 20)
+#define DEF_WINDOW_MIN	   ((1u << 20) + (128u << 10))
+#define DEF_WINDOW_MAX	   (64u << 20)
 #define DEF_PART_SIZE	   (8u << 20)
 #define DEF_MEMORY_MAX	   (G_GUINT64_CONSTANT(1) << 30)
 #define DEF_PREFETCH_DEPTH 256
 #define SEEK_TOLERANCE	   (1u << 20)
 #define STALE_PREFETCH_US  (30 * G_USEC_PER_SEC)
+
+/* The window is at most this many times the bytes read in sequence. */
+#define WINDOW_PER_READ 4
+
 /* Guesses fetched ahead and unopened, per prefetch_depth: one per file a
  * loader's streams can run ahead of (DLIO's 32 at 20 ms need ~8 each).
  * 1024 of them (4 x 256) made DLIO's p99 at 20 ms 3x worse: a demand GET
