@@ -23,11 +23,8 @@ A build directory is a meson build of any commit (for example
 import argparse
 import os
 import random
-import shutil
 import statistics
 import sys
-import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -37,20 +34,6 @@ import rig  # noqa: E402
 from latency import announce  # noqa: E402
 import run  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
-
-def snapshot(build_dir, label):
-    """A private copy of @build_dir's bucketfs, so a rebuild meanwhile
-    cannot change what is measured."""
-    src = os.path.join(build_dir, "fs", "bucketfs")
-    if not os.path.exists(src):
-        raise SystemExit("ab.py: %s: no fs/bucketfs (not a built meson build directory)"
-                         % build_dir)
-    d = tempfile.mkdtemp(prefix="bfs-ab-%s-" % label, dir="/var/tmp")
-    CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
-    os.makedirs(os.path.join(d, "fs"))
-    shutil.copy2(src, os.path.join(d, "fs", "bucketfs"))
-    return d
-
 
 def mount_pass(r, ds, build, a, seed):
     rig.BUILD = build  # rig.binary() looks there
@@ -105,8 +88,8 @@ def main():
     os.makedirs(a.cache_dir, exist_ok=True)
     lock_fd = run.one_at_a_time(a.cache_dir)  # noqa: F841 (held until exit)
     rig.clear_stale()
-    builds = {"A": snapshot(os.path.abspath(a.a_build), "a"),
-              "B": snapshot(os.path.abspath(a.b_build), "b")}
+    builds = {"A": rig.snapshot_build(a.a_build, "fs/bucketfs", "a", "ab.py"),
+              "B": rig.snapshot_build(a.b_build, "fs/bucketfs", "b", "ab.py")}
     ds = rig.retina_dataset(a.cache_dir, a.files)
     r = rig.Rig(a.cache_dir, [ds])
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}

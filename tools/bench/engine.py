@@ -22,11 +22,9 @@ root, like run.py (the rig's nginx).  Measures only: no report.
 import argparse
 import os
 import random
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -34,20 +32,6 @@ sys.path.insert(0, HERE)
 import rig  # noqa: E402
 import run  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
-
-
-def snapshot(build_dir, label):
-    """A private copy of @build_dir's s3-client, so a rebuild meanwhile
-    cannot change what is measured."""
-    src = os.path.join(build_dir, "tests", "s3-client")
-    if not os.path.exists(src):
-        raise SystemExit("engine.py: %s: no tests/s3-client (not a built meson build "
-                         "directory)" % build_dir)
-    d = tempfile.mkdtemp(prefix="bfs-engine-%s-" % label, dir="/var/tmp")
-    CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
-    dst = os.path.join(d, "s3-client")
-    shutil.copy2(src, dst)
-    return dst
 
 
 def one_pass(client, r, ds, a, seed):
@@ -95,7 +79,8 @@ def main():
     rig.clear_stale()
     labels = ["%d:%s" % (i, os.path.basename(os.path.normpath(b)))
               for i, b in enumerate(a.builds)]
-    clients = [snapshot(os.path.abspath(b), str(i)) for i, b in enumerate(a.builds)]
+    clients = [os.path.join(rig.snapshot_build(b, "tests/s3-client", str(i), "engine.py"),
+                            "tests/s3-client") for i, b in enumerate(a.builds)]
     ds = rig.retina_dataset(a.cache_dir, a.files)
     r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else ())
     results = {lb: [] for lb in labels}

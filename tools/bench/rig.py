@@ -61,6 +61,22 @@ def snapshot_binaries(names=("bucketfs", "bucketfs-index"), optional=("bucketfs-
     return d
 
 
+def snapshot_build(build_dir, rel, label, tool):
+    """A private copy of @rel (say "fs/bucketfs") of the meson build in
+    @build_dir, of any commit, so a rebuild meanwhile cannot change what
+    is measured: the copy's directory, @rel laid out in it as in the build.
+    @tool names the caller in the error for a directory without it."""
+    src = os.path.join(os.path.abspath(build_dir), rel)
+    if not os.path.exists(src):
+        raise SystemExit("%s: %s: no %s (not a built meson build directory)"
+                         % (tool, build_dir, rel))
+    d = tempfile.mkdtemp(prefix="bfs-%s-%s-" % (tool.split(".")[0], label), dir="/var/tmp")
+    CLEANUP.push("remove %s" % d, lambda: shutil.rmtree(d, ignore_errors=True))
+    os.makedirs(os.path.dirname(os.path.join(d, rel)), exist_ok=True)
+    shutil.copy2(src, os.path.join(d, rel))
+    return d
+
+
 def binary(name):
     if name in _SNAPSHOT:
         return _SNAPSHOT[name][0]
