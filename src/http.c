@@ -743,10 +743,9 @@ static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 	const char *v, *end = buf + n;
 
 	a->moved_us = g_get_monotonic_time();
-	if (n > 5 && !memcmp(buf, "HTTP/", 5))
-		a->head_us = a->moved_us;
 	/* A new status line (after 100 Continue, say) starts over. */
 	if (n >= 5 && !memcmp(buf, "HTTP/", 5)) {
+		a->head_us = a->moved_us;
 		g_hash_table_remove_all(a->headers);
 		return n;
 	}
