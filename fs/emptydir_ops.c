@@ -1,25 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
-#include <errno.h>
+/*
+ * The directories of -o empty_dirs= in the FUSE tree: a namespace beside
+ * the overlay, below the dispatch of ops.c.  The contract is
+ * emptydir_ops.h.
+ */
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attr.h"
 #include "emptydir_ops.h"
-#include "log.h"
-#include "overlay_ops.h"
-
-static guint node_of(struct fs *fs, fuse_ino_t ino)
-{
-	guint64 n = ino & ID_MASK;
-
-	if (!is_empty_dir(ino) || n < 1 || n > emptydirs_count(fs->ed))
-		return 0;
-	return (guint)n;
-}
-
-static fuse_ino_t node_id(guint node)
-{
-	return (EMPTY_GEN << GEN_SHIFT) | node;
-}
 
 /* st_ino of the directory with key @key: the root's for the prefix. */
 static ino_t key_ino(struct fs *fs, const char *key)
@@ -31,13 +20,6 @@ static ino_t key_ino(struct fs *fs, const char *key)
 
 	index_unref(idx);
 	return ino;
-}
-
-const char *empty_dir_key(struct fs *fs, fuse_ino_t ino)
-{
-	guint node = node_of(fs, ino);
-
-	return node ? emptydirs_key(fs->ed, node) : NULL;
 }
 
 static void node_stat(struct fs *fs, guint node, struct stat *st)
@@ -57,7 +39,7 @@ static void node_stat(struct fs *fs, guint node, struct stat *st)
 
 gboolean empty_dir_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 {
-	guint node = node_of(fs, ino);
+	guint node = empty_dir_node(fs, ino);
 	struct stat st;
 
 	if (!node)
@@ -70,17 +52,11 @@ gboolean empty_dir_getattr(fuse_req_t req, struct fs *fs, fuse_ino_t ino)
 gboolean empty_dir_opendir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 			   struct fuse_file_info *fi)
 {
-	if (!node_of(fs, ino))
+	if (!empty_dir_node(fs, ino))
 		return FALSE;
 	fi->cache_readdir = 1;
 	fuse_reply_open(req, fi);
 	return TRUE;
-}
-
-gboolean empty_dir_declared(struct fs *fs, const char *dir_key,
-			    const char *name)
-{
-	return emptydirs_child(fs->ed, dir_key, name) != 0;
 }
 
 gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
@@ -94,7 +70,7 @@ gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
 	if (!node)
 		return FALSE;
 	/* Fixed for the mount's life: no lookup to count. */
-	e.ino = node_id(node);
+	e.ino = empty_dir_ino(node);
 	e.generation = 1;
 	e.attr_timeout = e.entry_timeout = fs->opts.entry_timeout;
 	node_stat(fs, node, &e.attr);
@@ -118,7 +94,7 @@ gboolean dirbuf_empty_dirs(struct dirbuf *db, struct fs *fs, off_t off,
 		if (idx && index_lookup(idx, dir, name, strlen(name), &shadow))
 			continue;
 		node_stat(fs, node, &e.attr);
-		e.ino = node_id(node);
+		e.ino = empty_dir_ino(node);
 		e.generation = 1;
 		e.attr_timeout = e.entry_timeout = fs->opts.entry_timeout;
 		if (!dirbuf_add(db, name, &e, (off_t)(EMPTY_DIROFF + i + 1)))
@@ -127,46 +103,15 @@ gboolean dirbuf_empty_dirs(struct dirbuf *db, struct fs *fs, off_t off,
 	return TRUE;
 }
 
-void readdir_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
-		       off_t off)
+gboolean dirbuf_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
+			  off_t *off)
 {
-	guint node = node_of(fs, ino);
+	guint node = empty_dir_node(fs, ino);
 	const char *key;
 
-	if (!node) {
-		fuse_reply_err(db->req, ESTALE);
-		return;
-	}
+	g_return_val_if_fail(node != 0, FALSE);
 	key = emptydirs_key(fs->ed, node);
-	if (dirbuf_dots(db, &off, index_key_ino(key, -1),
-			key_ino(fs, emptydirs_parent_key(fs->ed, node))) &&
-	    dirbuf_empty_dirs(db, fs, off, key, NULL, 0) && fs->ov)
-		dirbuf_overlay(db, fs, off, key, NULL, 0);
-	fuse_reply_buf(db->req, db->buf, db->used);
-}
-
-void empty_dirs_report(struct fs *fs, struct index *idx)
-{
-	guint i, n = emptydirs_declared_count(fs->ed);
-
-	for (i = 0; i < n; i++) {
-		g_autofree char *object = NULL;
-		g_autofree char *path =
-			log_escape(emptydirs_declared(fs->ed, i), -1);
-		enum emptydirs_state st =
-			emptydirs_state(fs->ed, i, idx, &object);
-		g_autofree char *o = object ? log_escape(object, -1) : NULL;
-
-		if (st == EMPTYDIRS_OBJECT)
-			log_msg(LOG_LEVEL_NOTICE,
-				"empty_dirs: '%s' is not shown as a "
-				"directory: the object s3://%s/%s is on its "
-				"path, and objects win",
-				path, index_bucket(idx), o);
-		else
-			log_msg(LOG_LEVEL_DEBUG, "empty_dirs: '%s' %s", path,
-				st == EMPTYDIRS_INDEXED
-					? "is a directory of the index"
-					: "is not in the index: shown empty");
-	}
+	return dirbuf_dots(db, off, index_key_ino(key, -1),
+			   key_ino(fs, emptydirs_parent_key(fs->ed, node))) &&
+	       dirbuf_empty_dirs(db, fs, *off, key, NULL, 0);
 }

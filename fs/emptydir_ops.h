@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * emptydir_ops.h - the directories of -o empty_dirs= (emptydirs.h) in the
- * FUSE tree, for the read path's operations (ops.c) to call.
+ * FUSE tree, for the dispatch of ops.c to call: a namespace beside the
+ * overlay's (overlay_ops.h), on the helpers of attr.h and fs_internal.h.
  *
  * A declared directory the current index lacks is a node of generation
  * EMPTY_GEN (fs_internal.h) whose low bits are its emptydirs.h node
@@ -16,7 +17,7 @@
  *
  * Lookup order of a name in a directory: the index, then the declared
  * directories, then (writable mode) the overlay.  An object of the index
- * wins over a declared directory of the same name: empty_dirs_report()
+ * wins over a declared directory of the same name: emptydirs_report()
  * logs a notice for each such path every time an index is switched to.
  *
  * Any thread; none of this sends a request.
@@ -26,11 +27,8 @@
 
 #include <fuse_lowlevel.h>
 
+#include "attr.h"
 #include "fs_internal.h"
-
-/* The key of declared directory @ino (is_empty_dir()), borrowed for the
- * mount's life; NULL if @ino names none. */
-const char *empty_dir_key(struct fs *fs, fuse_ino_t ino);
 
 /*
  * The ops for a node resolve() found no index entry for: each replies and
@@ -50,11 +48,6 @@ gboolean empty_dir_opendir(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 gboolean empty_dir_lookup(fuse_req_t req, struct fs *fs, struct index *idx,
 			  index_id dir, fuse_ino_t parent, const char *name);
 
-/* Whether @name in @dir_key is declared (for the writable ops: such names
- * are not made nor removed). */
-gboolean empty_dir_declared(struct fs *fs, const char *dir_key,
-			    const char *name);
-
 /*
  * readdir: adds to @db the declared children of @dir_key that directory
  * @dir of @idx lacks (all of them when @idx is NULL), at offsets
@@ -64,12 +57,13 @@ gboolean dirbuf_empty_dirs(struct dirbuf *db, struct fs *fs, off_t off,
 			   const char *dir_key, struct index *idx,
 			   index_id dir);
 
-/* readdir of declared directory @ino; replies (ESTALE if it is none). */
-void readdir_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
-		       off_t off);
-
-/* Logs a notice for each declared path that an object of @idx hides, and
- * at debug level the others' state.  At each index switch. */
-void empty_dirs_report(struct fs *fs, struct index *idx);
+/*
+ * readdir of declared directory @ino (empty_dir_key() is not NULL): adds
+ * "." and ".." and its declared children to @db from offset *@off on,
+ * which moves past the dots.  FALSE when @db filled up.  The caller adds
+ * the overlay's names and replies.
+ */
+gboolean dirbuf_empty_dir(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
+			  off_t *off);
 
 #endif

@@ -2,12 +2,13 @@
 /*
  * struct fs: its life, its index generations (one per index served since
  * the mount, kept while the kernel holds lookups on its nodes) and the set
- * of open handles.  The contract is ops.h and fs_internal.h.
+ * of open handles.  The contract is fs.h and fs_internal.h.  The bottom
+ * of the FUSE layer: it calls nothing of fs/ but stats.h and overlay.h.
  */
 #include <string.h>
 
-#include "emptydir_ops.h"
 #include "fs_internal.h"
+#include "stats.h"
 
 /* -- generations -------------------------------------------------------- */
 
@@ -109,6 +110,22 @@ gboolean is_current(struct fs *fs, fuse_ino_t ino)
 	cur = (ino >> GEN_SHIFT) == fs->current->number;
 	g_mutex_unlock(&fs->lock);
 	return cur;
+}
+
+guint empty_dir_node(struct fs *fs, fuse_ino_t ino)
+{
+	guint64 n = ino & ID_MASK;
+
+	if (!is_empty_dir(ino) || n < 1 || n > emptydirs_count(fs->ed))
+		return 0;
+	return (guint)n;
+}
+
+const char *empty_dir_key(struct fs *fs, fuse_ino_t ino)
+{
+	guint node = empty_dir_node(fs, ino);
+
+	return node ? emptydirs_key(fs->ed, node) : NULL;
 }
 
 /* The node id of entry @id of @idx, counting one kernel lookup. */
@@ -232,6 +249,7 @@ void fs_set_session(struct fs *fs, struct fuse_session *se)
 
 void fs_stop(struct fs *fs)
 {
+	struct stats_sources src;
 	GList *open, *l;
 
 	if (!fs->s3 || fs->stopped)
@@ -250,7 +268,8 @@ void fs_stop(struct fs *fs)
 		}
 	}
 	g_list_free(open);
-	log_summary(fs);
+	fs_get_stats_sources(fs, &src);
+	stats_log_summary(&src);
 	/* Reads in flight are answered (cancelled) while the kernel still
 	 * listens, and the background threads' requests fail at once. */
 	s3_shutdown(fs->s3);
@@ -289,7 +308,7 @@ void fs_switch_index(struct fs *fs, struct index *idx)
 	if (old)
 		gen_maybe_drop(fs, old);
 	g_mutex_unlock(&fs->lock);
-	empty_dirs_report(fs, idx);
+	emptydirs_report(fs->ed, idx);
 	/* The root's cached listing and attributes are stale now; other
 	 * nodes answer from the new index (see resolve()) and drop their
 	 * page caches at the next open. */
@@ -305,4 +324,17 @@ struct index *fs_current_index(struct fs *fs)
 	idx = index_ref(fs->current->idx);
 	g_mutex_unlock(&fs->lock);
 	return idx;
+}
+
+void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
+{
+	memset(out, 0, sizeof(*out));
+	out->http = s3_get_http(fs->s3);
+	out->ra = fs->ra;
+	g_mutex_lock(&fs->lock);
+	if (fs->streams)
+		streams_get_stats(fs->streams, &out->streams);
+	g_mutex_unlock(&fs->lock);
+	out->reads = __atomic_load_n(&fs->reads, __ATOMIC_RELAXED);
+	out->handed_over = __atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED);
 }

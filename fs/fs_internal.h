@@ -1,18 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * fs_internal.h - what the files behind struct fs share, and nobody else
- * includes: the struct itself, node ids, open handles and readdir buffers.
- *
- *   fs.c          the struct's life, its index generations and node ids,
- *                 and the set of open handles;
- *   ops.c         the read path and metadata, and the op table (fs_ops);
- *   overlay_ops.c writable mode's operations (overlay_ops.h), and the
- *                 EROFS/EXDEV answers of a read-only mount;
- *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h).
+ * includes: the struct itself, node ids and open handles, implemented by
+ * fs.c (the struct's life, its index generations and node ids, and the
+ * set of open handles).  The layers above it are in ops.h.
  *
  * The public contract, the node-id scheme and the lock order are in
- * ops.h.  Node ids of generation OVERLAY_GEN are writable mode's: their
- * low bits are an overlay node number (overlay.h).
+ * fs.h.  Node ids of generation OVERLAY_GEN are writable mode's: their
+ * low bits are an overlay node number (overlay.h); those of EMPTY_GEN are
+ * the declared directories of -o empty_dirs= (emptydirs.h).
  */
 #ifndef BUCKETFS_FS_FS_INTERNAL_H
 #define BUCKETFS_FS_FS_INTERNAL_H
@@ -21,11 +17,12 @@
 #include <glib.h>
 
 #include "emptydirs.h"
+#include "fs.h"
 #include "index.h"
-#include "ops.h"
 #include "overlay.h"
 #include "readahead.h"
 #include "s3.h"
+#include "stats.h"
 #include "streams.h"
 
 #define GEN_SHIFT 40
@@ -77,14 +74,6 @@ struct handle {
 	struct ov_file *of; /* instead of rf, for an overlay file */
 };
 
-/* A readdir reply being filled. */
-struct dirbuf {
-	fuse_req_t req;
-	gboolean plus;
-	char *buf;
-	size_t size, used;
-};
-
 static inline struct fs *data(fuse_req_t req)
 {
 	return fuse_req_userdata(req);
@@ -106,6 +95,12 @@ static inline gboolean is_empty_dir(fuse_ino_t ino)
 static inline fuse_ino_t ov_ino(guint64 node)
 {
 	return (OVERLAY_GEN << GEN_SHIFT) | node;
+}
+
+/* The node id of declared directory @node (emptydirs.h). */
+static inline fuse_ino_t empty_dir_ino(guint node)
+{
+	return (EMPTY_GEN << GEN_SHIFT) | node;
 }
 
 /* -- fs.c: generations, node ids, open handles ------------------------- */
@@ -140,24 +135,18 @@ void forget_one(struct fs *fs, fuse_ino_t ino, guint64 n);
 struct handle *handle_new(struct fs *fs, char *key);
 void handle_free(struct fs *fs, struct handle *h);
 
-/* -- ops.c ---------------------------------------------------------------- */
-
-/* Adds one entry followed by offset @next; FALSE when it doesn't fit. */
-gboolean dirbuf_add(struct dirbuf *db, const char *name,
-		    const struct fuse_entry_param *e, off_t next);
-
-/* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
-gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent);
+/* The emptydirs.h node number of @ino, or 0 if it names no declared
+ * directory (is_empty_dir()).  Any thread. */
+guint empty_dir_node(struct fs *fs, fuse_ino_t ino);
 
 /*
- * The owner and st_mode of a node: type, then the mount's file_mode or
- * dir_mode, without write bits unless @can_write (a name that takes
- * writes: see fs_options).
+ * The key of declared directory @ino (is_empty_dir()), borrowed for the
+ * mount's life; NULL if @ino names none (or there are none).  Any thread.
  */
-void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
-	       gboolean can_write);
+const char *empty_dir_key(struct fs *fs, fuse_ino_t ino);
 
-/* One syslog line per endpoint, and one for readahead (fs_stop()). */
-void log_summary(struct fs *fs);
+/* What this mount's counters come from (stats.h): borrowed until
+ * fs_free().  Any thread, once fs_set_s3() ran. */
+void fs_get_stats_sources(struct fs *fs, struct stats_sources *out);
 
 #endif

@@ -29,7 +29,7 @@
  *   - bfs-refresh, with index_max_age, rebuilds the index when it gets
  *     that old (with index_url: fetches again every index_max_age).
  * On failure the current index stays.  Open files keep working across a
- * switch (ops.h).
+ * switch (fs.h).
  */
 #ifndef BUCKETFS_FS_INDEX_LIFE_H
 #define BUCKETFS_FS_INDEX_LIFE_H
@@ -37,9 +37,9 @@
 #include <glib.h>
 #include <pthread.h>
 
+#include "fs.h"
 #include "index.h"
 #include "mount.h"
-#include "ops.h"
 #include "s3.h"
 
 /*

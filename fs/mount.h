@@ -11,7 +11,7 @@
 #include <glib.h>
 
 #include "config.h"
-#include "ops.h"
+#include "fs.h"
 
 struct mount {
 	struct config cfg;

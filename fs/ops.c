@@ -1,50 +1,28 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * The op table and its dispatch: each op asks the namespace its node
+ * belongs to (the index, the declared directories of emptydir_ops.h, the
+ * overlay of overlay_ops.h), and answers the index's itself.  The layers
+ * are in ops.h.
+ */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <sys/xattr.h>
 
+#include "attr.h"
 #include "emptydir_ops.h"
 #include "error.h"
 #include "fs_internal.h"
-#include "http.h"
 #include "log.h"
 #include "overlay_ops.h"
+#include "stats.h"
 
 #define PIB		 (G_GUINT64_CONSTANT(1) << 50)
 #define NEGATIVE_TIMEOUT 10.0
 
 /* -- attributes --------------------------------------------------------- */
-
-void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
-	       gboolean can_write)
-{
-	mode_t perm = is_dir ? fs->opts.dir_mode : fs->opts.file_mode;
-
-	st->st_uid = fs->opts.uid;
-	st->st_gid = fs->opts.gid;
-	st->st_mode = (is_dir ? S_IFDIR : S_IFREG) |
-		      (can_write ? perm : perm & ~(mode_t)0222);
-}
-
-static void fill_stat(struct fs *fs, struct index *idx, index_id id,
-		      struct stat *st)
-{
-	struct index_attr a;
-
-	index_get_attr(idx, id, &a);
-	memset(st, 0, sizeof(*st));
-	st->st_ino = a.ino;
-	/* In writable mode, directories take new names (overlay.h); indexed
-	 * objects stay read-only. */
-	fill_mode(fs, st, a.is_dir, a.is_dir && fs->ov);
-	st->st_nlink = a.is_dir ? 2 : 1;
-	st->st_size = (off_t)a.size;
-	st->st_blksize = BLOCK;
-	st->st_blocks = (blkcnt_t)((a.size + 511) / 512);
-	st->st_mtime = st->st_ctime = st->st_atime = (time_t)a.mtime;
-}
 
 static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 			index_id id)
@@ -189,34 +167,19 @@ static ino_t dir_ino(struct index *idx, index_id id)
 	return a.ino;
 }
 
-/* Adds one entry followed by offset @next; FALSE when it doesn't fit. */
-gboolean dirbuf_add(struct dirbuf *db, const char *name,
-		    const struct fuse_entry_param *e, off_t next)
+/* readdir of a node the index lacks: a declared directory, or stale. */
+static void readdir_declared(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
+			     off_t off)
 {
-	size_t n, room = db->size - db->used;
+	const char *key = empty_dir_key(fs, ino);
 
-	n = db->plus ? fuse_add_direntry_plus(db->req, db->buf + db->used, room,
-					      name, e, next)
-		     : fuse_add_direntry(db->req, db->buf + db->used, room,
-					 name, &e->attr, next);
-	if (n > room)
-		return FALSE;
-	db->used += n;
-	return TRUE;
-}
-
-/* "." and "..", at offsets 0 and 1; FALSE when the buffer is full. */
-gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent)
-{
-	for (; *off < 2; (*off)++) {
-		struct fuse_entry_param e = { 0 };
-
-		e.attr.st_ino = *off == 0 ? self : parent;
-		e.attr.st_mode = S_IFDIR;
-		if (!dirbuf_add(db, *off == 0 ? "." : "..", &e, *off + 1))
-			return FALSE;
+	if (!key) {
+		fuse_reply_err(db->req, ESTALE);
+		return;
 	}
-	return TRUE;
+	if (dirbuf_empty_dir(db, fs, ino, &off) && fs->ov)
+		dirbuf_overlay(db, fs, off, key, NULL, 0);
+	fuse_reply_buf(db->req, db->buf, db->used);
 }
 
 /*
@@ -241,7 +204,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	}
 	idx = resolve(fs, ino, &dir);
 	if (!idx) {
-		readdir_empty_dir(&db, fs, ino, off); /* or ESTALE */
+		readdir_declared(&db, fs, ino, off);
 		return;
 	}
 	full = !dirbuf_dots(&db, &off, dir_ino(idx, dir),
@@ -597,115 +560,17 @@ static char *xattr_value(struct index *idx, index_id id, const char *name)
 	return NULL;
 }
 
-static void reply_sized(fuse_req_t req, const char *value, size_t len,
-			size_t size)
-{
-	if (size == 0)
-		fuse_reply_xattr(req, len);
-	else if (size < len)
-		fuse_reply_err(req, ERANGE);
-	else
-		fuse_reply_buf(req, value, len);
-}
-
 /* The mount root's own attributes: counters, and the prefetch hint. */
 #define XATTR_STATS    "user.bucketfs.stats"
 #define XATTR_PREFETCH "user.bucketfs.prefetch"
 static const char root_xattrs[] = "user.s3.key\0user.s3.uri\0" XATTR_STATS "\0";
 
-static void get_stream_stats(struct fs *fs, struct streams_stats *out)
+static char *stats_of(struct fs *fs)
 {
-	memset(out, 0, sizeof(*out));
-	g_mutex_lock(&fs->lock);
-	if (fs->streams)
-		streams_get_stats(fs->streams, out);
-	g_mutex_unlock(&fs->lock);
-}
+	struct stats_sources src;
 
-/* "stages": where recent requests' time went (http_get_stage_stats()). */
-static void append_stages(GString *out, struct http *http)
-{
-	struct http_stage_stats st;
-	guint i;
-
-	http_get_stage_stats(http, &st);
-	g_string_append_printf(out, " \"stages\": {\"samples\": %u",
-			       st.samples);
-	for (i = 0; i < HTTP_STAGES; i++)
-		g_string_append_printf(
-			out, ", \"%s\": {\"p50_ms\": %.2f, \"p99_ms\": %.2f}",
-			http_stage_name(i), st.p50_ms[i], st.p99_ms[i]);
-	g_string_append(out, "},\n");
-}
-
-/* Live counters as JSON: per endpoint, the request stages, the readahead
- * engine's, and the stream detector's. */
-static char *stats_json(struct fs *fs)
-{
-	struct http *http = s3_get_http(fs->s3);
-	guint n = http_endpoint_count(http), i;
-	g_autofree struct http_endpoint_stats *es =
-		g_new0(struct http_endpoint_stats, n);
-	struct ra_stats rs;
-	struct streams_stats ss;
-	GString *out = g_string_new("{\"endpoints\": [");
-
-	http_get_stats(http, es);
-	for (i = 0; i < n; i++)
-		g_string_append_printf(
-			out,
-			"%s\n  {\"url\": \"%s\", \"requests\": "
-			"%" G_GUINT64_FORMAT ", \"bytes\": %" G_GUINT64_FORMAT
-			", \"errors\": %" G_GUINT64_FORMAT
-			", \"hedges\": %" G_GUINT64_FORMAT
-			", \"ejections\": %" G_GUINT64_FORMAT
-			", \"inflight\": %u, \"ejected\": %s"
-			", \"p50_ms\": %.2f, \"p99_ms\": %.2f}",
-			i ? "," : "", es[i].url, es[i].requests, es[i].bytes,
-			es[i].errors, es[i].hedges, es[i].ejections,
-			es[i].inflight, es[i].ejected ? "true" : "false",
-			es[i].p50_ms, es[i].p99_ms);
-	readahead_get_stats(fs->ra, &rs);
-	get_stream_stats(fs, &ss);
-	g_string_append_printf(
-		out,
-		"],\n \"queued\": %u,\n \"readahead\": {\"objects_fetched\": "
-		"%" G_GUINT64_FORMAT ", \"parts_fetched\": %" G_GUINT64_FORMAT
-		", \"direct_reads\": %" G_GUINT64_FORMAT
-		", \"prefetch_hits\": %" G_GUINT64_FORMAT
-		", \"prefetch_wasted\": %" G_GUINT64_FORMAT
-		", \"prefetch_late\": %" G_GUINT64_FORMAT
-		", \"prefetch_queued\": %u, \"prefetch_unopened\": %u"
-		", \"stream_fetched\": %" G_GUINT64_FORMAT
-		", \"stream_hits\": %" G_GUINT64_FORMAT
-		", \"stream_wasted\": %" G_GUINT64_FORMAT
-		", \"stream_late\": %" G_GUINT64_FORMAT
-		", \"memory_used\": %" G_GUINT64_FORMAT
-		", \"memory_max\": %" G_GUINT64_FORMAT "},\n",
-		http_queued(http), rs.objects_fetched, rs.parts_fetched,
-		rs.direct_reads, rs.prefetch_hits, rs.prefetch_wasted,
-		rs.prefetch_late, rs.prefetch_queued, rs.prefetch_unopened,
-		rs.stream_fetched, rs.stream_hits, rs.stream_wasted,
-		rs.stream_late, rs.memory_used, rs.memory_max);
-	g_string_append_printf(
-		out,
-		" \"files\": {\"reads\": %" G_GUINT64_FORMAT
-		", \"handed_over\": %" G_GUINT64_FORMAT "},\n",
-		__atomic_load_n(&fs->reads, __ATOMIC_RELAXED),
-		__atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED));
-	append_stages(out, http);
-	g_string_append_printf(
-		out,
-		" \"streams\": {\"opens\": %" G_GUINT64_FORMAT
-		", \"continued\": %" G_GUINT64_FORMAT
-		", \"confirmed\": %" G_GUINT64_FORMAT
-		", \"announced\": %" G_GUINT64_FORMAT
-		", \"jumps\": %" G_GUINT64_FORMAT
-		", \"batch_len\": %" G_GUINT64_FORMAT
-		", \"batch_jump\": %" G_GUINT64_FORMAT ", \"tracked\": %u}}\n",
-		ss.opens, ss.continued, ss.confirmed, ss.announced, ss.jumps,
-		ss.batch_len, ss.batch_jump, ss.tracked);
-	return g_string_free(out, FALSE);
+	fs_get_stats_sources(fs, &src);
+	return stats_json(&src);
 }
 
 /*
@@ -773,7 +638,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 		return;
 	}
 	if (ino == FUSE_ROOT_ID && !strcmp(name, XATTR_STATS))
-		v = stats_json(data(req));
+		v = stats_of(data(req));
 	else
 		v = xattr_value(idx, id, name);
 	if (!v)
@@ -855,65 +720,3 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.setxattr = op_setxattr,
 	.removexattr = op_removexattr,
 };
-
-/* One syslog line per endpoint, and one for readahead, at unmount. */
-void log_summary(struct fs *fs)
-{
-	struct http *http = s3_get_http(fs->s3);
-	guint n = http_endpoint_count(http), i;
-	g_autofree struct http_endpoint_stats *es =
-		g_new0(struct http_endpoint_stats, n);
-	struct http_stage_stats st;
-	struct ra_stats rs;
-	struct streams_stats ss;
-
-	http_get_stats(http, es);
-	for (i = 0; i < n; i++)
-		log_msg(LOG_LEVEL_NOTICE,
-			"endpoint %s: %" G_GUINT64_FORMAT
-			" requests, %" G_GUINT64_FORMAT
-			" bytes, %" G_GUINT64_FORMAT
-			" errors, %" G_GUINT64_FORMAT
-			" hedges, %" G_GUINT64_FORMAT
-			" ejections, p50 %.1f ms, p99 %.1f ms",
-			es[i].url, es[i].requests, es[i].bytes, es[i].errors,
-			es[i].hedges, es[i].ejections, es[i].p50_ms,
-			es[i].p99_ms);
-	http_get_stage_stats(http, &st);
-	if (st.samples)
-		log_msg(LOG_LEVEL_NOTICE,
-			"requests (the last %u), p50/p99 ms: waiting "
-			"%.1f/%.1f, "
-			"first byte %.1f/%.1f, body %.1f/%.1f, hand-off "
-			"%.1f/%.1f",
-			st.samples, st.p50_ms[HTTP_STAGE_WAIT],
-			st.p99_ms[HTTP_STAGE_WAIT],
-			st.p50_ms[HTTP_STAGE_FIRST_BYTE],
-			st.p99_ms[HTTP_STAGE_FIRST_BYTE],
-			st.p50_ms[HTTP_STAGE_BODY], st.p99_ms[HTTP_STAGE_BODY],
-			st.p50_ms[HTTP_STAGE_HANDOFF],
-			st.p99_ms[HTTP_STAGE_HANDOFF]);
-	readahead_get_stats(fs->ra, &rs);
-	log_msg(LOG_LEVEL_NOTICE,
-		"readahead: %" G_GUINT64_FORMAT
-		" whole objects, %" G_GUINT64_FORMAT
-		" parts, %" G_GUINT64_FORMAT " direct reads, %" G_GUINT64_FORMAT
-		" prefetch hits, %" G_GUINT64_FORMAT
-		" prefetches unused, %" G_GUINT64_FORMAT
-		" announced files read before their prefetch",
-		rs.objects_fetched, rs.parts_fetched, rs.direct_reads,
-		rs.prefetch_hits, rs.prefetch_wasted, rs.prefetch_late);
-	get_stream_stats(fs, &ss);
-	log_msg(LOG_LEVEL_NOTICE,
-		"streams: %" G_GUINT64_FORMAT " confirmed in %" G_GUINT64_FORMAT
-		" opens, %" G_GUINT64_FORMAT
-		" files guessed ahead, %" G_GUINT64_FORMAT
-		" fetched: %" G_GUINT64_FORMAT " hits, %" G_GUINT64_FORMAT
-		" unused, %" G_GUINT64_FORMAT
-		" unopened at unmount, %" G_GUINT64_FORMAT
-		" opened before their fetch",
-		ss.confirmed, ss.opens, ss.announced, rs.stream_fetched,
-		rs.stream_hits, rs.stream_wasted,
-		rs.stream_fetched - rs.stream_hits - rs.stream_wasted,
-		rs.stream_late);
-}

@@ -1,105 +1,32 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * ops.h - the FUSE low-level operations of bucketfs.
+ * ops.h - the FUSE low-level operations of bucketfs: the op table.
  *
  * Thin: each op decodes its request, asks src/ (the index for metadata, s3
  * for bytes) and replies.  Metadata never sends a request.  A read is a
  * GET with If-Match set to the index's ETag; its reply is sent from the
  * HTTP completion path, so no FUSE worker waits on the network.  Failures
- * are logged once, here, with the whole cause chain, and replied as errno.
+ * are logged once, with the whole cause chain, and replied as errno.
  *
- * Node ids: 1 is the root of the current index; any other node id is
- * (generation << 40) | index_id, where the generation names the index it
- * came from.  An index stays mapped while the kernel holds a lookup on one
- * of its nodes, so open files and cached names keep working after a
- * SIGHUP switched the mount to a newer index.
- *
- * Lock order: fs->lock is a leaf; it is never held across a request or a
- * FUSE reply.
- *
- * Implemented by fs.c (the struct's life, generations, node ids, open
- * handles), ops.c (the read path, metadata and the op table),
- * overlay_ops.c (writable mode) and emptydir_ops.c (-o empty_dirs=);
- * fs_internal.h is what they share.
+ * The layers of fs/, from the top; each calls only those below it:
+ *   ops.c          the op table and its dispatch, the indexed tree's
+ *                  metadata and the read path;
+ *   overlay_ops.c  writable mode's names (overlay_ops.h), and
+ *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h):
+ *                  the namespaces besides the index, side by side;
+ *   attr.c         what every namespace fills its replies with:
+ *                  attributes and readdir buffers (attr.h);
+ *   stats.c        the counters as JSON and as the unmount summary;
+ *   fs.c           struct fs: its life, generations, node ids and open
+ *                  handles (fs.h, fs_internal.h);
+ *   overlay.c      the overlay's names and buffers (overlay.h).
  */
 #ifndef BUCKETFS_FS_OPS_H
 #define BUCKETFS_FS_OPS_H
 
 #include <fuse_lowlevel.h>
-#include <glib.h>
 
-#include "emptydirs.h"
-#include "index.h"
-#include "readahead.h"
-#include "s3.h"
-
-struct fs;
-
-/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
-enum fs_direct_io {
-	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
-	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
-	FS_DIRECT_IO_NONE,  /* none: every read goes through the page cache */
-};
-
-struct fs_options {
-	double entry_timeout; /* seconds the kernel may cache names/attrs */
-	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
-	enum fs_direct_io direct_io;
-	gboolean writable; /* names beyond the index: see overlay.h */
-	guint64 write_max; /* writable mode's largest file; 0 = default */
-	/*
-	 * Every file's and directory's owner, and their permission bits
-	 * (0 to 0777).  Write bits are shown only where a write can work:
-	 * none on a read-only mount, none on indexed files; the kernel
-	 * checks them (default_permissions).
-	 */
-	guint32 uid, gid;
-	guint32 file_mode, dir_mode;
-	struct ra_options readahead;
-};
-
-/*
- * A filesystem; it serves nothing until fs_switch_index() gives it an
- * index, which must happen before the session loop runs.  The S3 client
- * is attached with fs_set_s3() (it starts threads, so it is made after
- * daemonizing).  Main thread.
- */
-struct fs *fs_new(const struct fs_options *opts);
-
-/* Attaches @s3 (the fs takes ownership).  Before the session loop runs. */
-void fs_set_s3(struct fs *fs, struct s3 *s3);
-
-/*
- * The directories of -o empty_dirs= (the fs takes @d), shown wherever the
- * index lacks them (emptydirs.h).  Before the first fs_switch_index().
- */
-void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d);
-
-/* The session, for cache invalidations.  Before the loop runs. */
-void fs_set_session(struct fs *fs, struct fuse_session *se);
-
-/*
- * After the session loop: uploads written files left open, logs the
- * counters, and shuts the S3 client down (s3_shutdown()): reads still in
- * flight are answered (cancelled) while the channel is still open, and
- * other threads' S3 calls fail at once from then on.  Main thread;
- * before fuse_session_unmount().  fs_free() closes the files the kernel
- * never released.
- */
-void fs_stop(struct fs *fs);
-
-/* Frees (stopping first if needed).  Main thread. */
-void fs_free(struct fs *fs);
-
-/*
- * Switches new lookups to @idx (a reference is taken); nodes of the old
- * index keep working until the kernel forgets them.  Any thread.
- */
-void fs_switch_index(struct fs *fs, struct index *idx);
-
-/* The current index, referenced (unref it).  Any thread. */
-struct index *fs_current_index(struct fs *fs);
+#include "fs.h"
 
 /* The op table; the session's userdata must be the struct fs. */
 extern const struct fuse_lowlevel_ops fs_ops;

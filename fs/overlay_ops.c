@@ -1,10 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * Writable mode's names in the FUSE tree, and the write ops of every
+ * mount: a namespace beside the declared directories, below the dispatch
+ * of ops.c.  Names of the index or declared by -o empty_dirs= win over
+ * the overlay's (emptydirs.h is asked directly).  The contract is
+ * overlay_ops.h.
+ */
 #include <errno.h>
 #include <string.h>
 #include <sys/stat.h>
 
+#include "attr.h"
 #include "error.h"
-#include "emptydir_ops.h"
 #include "log.h"
 #include "overlay_ops.h"
 
@@ -129,7 +136,7 @@ void dirbuf_overlay(struct dirbuf *db, struct fs *fs, off_t off,
 		if (idx &&
 		    index_lookup(idx, dir, d->name, strlen(d->name), &shadow))
 			continue;
-		if (fs->ed && empty_dir_declared(fs, dir_key, d->name))
+		if (emptydirs_child(fs->ed, dir_key, d->name))
 			continue;
 		ov_fill_stat(fs, &d->attr, &e.attr);
 		if (!dirbuf_add(db, d->name, &e, OVERLAY_DIROFF + i + 1))
@@ -250,12 +257,12 @@ static gboolean indexed(struct fs *fs, fuse_ino_t parent, const char *name)
 		return FALSE;
 	idx = resolve(fs, parent, &dir);
 	if (!idx)
-		return fs->ed && empty_dir_key(fs, parent) &&
-		       empty_dir_declared(fs, empty_dir_key(fs, parent), name);
+		return empty_dir_key(fs, parent) &&
+		       emptydirs_child(fs->ed, empty_dir_key(fs, parent), name);
 	found = index_lookup(idx, dir, name, strlen(name), &child);
 	if (!found && fs->ed) {
 		dir_key = index_key(idx, dir);
-		found = dir_key && empty_dir_declared(fs, dir_key, name);
+		found = dir_key && emptydirs_child(fs->ed, dir_key, name);
 	}
 	index_unref(idx);
 	return found;

@@ -9,8 +9,10 @@
  * so mv copies and a hard link is refused as if across filesystems.
  *
  * The op_*() functions are entries of fs_ops (ops.c).  The others are the
- * overlay branches of the read path's operations, called by ops.c only
- * when fs->ov is set.  Errors are logged here once, with their cause
+ * overlay branches of the read path's operations, called by the dispatch
+ * of ops.c only when fs->ov is set.  A namespace beside the declared
+ * directories (emptydir_ops.h), on the helpers of attr.h and
+ * fs_internal.h.  Errors are logged here once, with their cause
  * chain, and replied as errno (ENOENT, EEXIST and ENOTEMPTY unlogged).
  * FUSE worker threads; the calls that reach S3 block.
  */
@@ -19,6 +21,7 @@
 
 #include <fuse_lowlevel.h>
 
+#include "attr.h"
 #include "fs_internal.h"
 #include "overlay.h"
 

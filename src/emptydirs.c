@@ -2,6 +2,7 @@
 #include <string.h>
 
 #include "emptydirs.h"
+#include "log.h"
 
 struct enode {
 	char *key; /* full key, ending with '/' */
@@ -201,4 +202,29 @@ enum emptydirs_state emptydirs_state(const struct emptydirs *d, guint i,
 		p += len + (slash ? 1 : 0);
 	}
 	return EMPTYDIRS_INDEXED;
+}
+
+void emptydirs_report(const struct emptydirs *d, const struct index *idx)
+{
+	guint i, n = d ? emptydirs_declared_count(d) : 0;
+
+	for (i = 0; i < n; i++) {
+		g_autofree char *object = NULL;
+		g_autofree char *path =
+			log_escape(emptydirs_declared(d, i), -1);
+		enum emptydirs_state st = emptydirs_state(d, i, idx, &object);
+		g_autofree char *o = object ? log_escape(object, -1) : NULL;
+
+		if (st == EMPTYDIRS_OBJECT)
+			log_msg(LOG_LEVEL_NOTICE,
+				"empty_dirs: '%s' is not shown as a "
+				"directory: the object s3://%s/%s is on its "
+				"path, and objects win",
+				path, index_bucket(idx), o);
+		else
+			log_msg(LOG_LEVEL_DEBUG, "empty_dirs: '%s' %s", path,
+				st == EMPTYDIRS_INDEXED
+					? "is a directory of the index"
+					: "is not in the index: shown empty");
+	}
 }

@@ -91,4 +91,11 @@ enum emptydirs_state {
 enum emptydirs_state emptydirs_state(const struct emptydirs *d, guint i,
 				     const struct index *idx, char **object);
 
+/*
+ * Logs a notice for each declared path that an object of @idx hides, and
+ * at debug level the others' state (@d may be NULL: nothing).  At each
+ * index switch.  Any thread.
+ */
+void emptydirs_report(const struct emptydirs *d, const struct index *idx);
+
 #endif

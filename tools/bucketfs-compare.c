@@ -25,6 +25,8 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <json-glib/json-glib.h>
+
 #include "compare.h"
 #include "config.h"
 #include "error.h"
@@ -73,9 +75,10 @@ static gboolean endpoints_from_mount(struct compare *t, GError **error)
 {
 	char buf[65536];
 	ssize_t n;
-	g_autoptr(GRegex) re = NULL;
-	g_autoptr(GMatchInfo) mi = NULL;
-	guint found = 0;
+	g_autoptr(JsonParser) parser = json_parser_new();
+	JsonNode *root_node, *eps_node;
+	JsonArray *eps;
+	guint found = 0, i;
 	g_autofree char *root = NULL;
 
 	if (t->cfg.endpoints->len || env_set("S3_ENDPOINT_URIS") ||
@@ -83,17 +86,31 @@ static gboolean endpoints_from_mount(struct compare *t, GError **error)
 		return TRUE;
 	root = mount_root(t->mount);
 	n = getxattr(root, STATS_XATTR, buf, sizeof(buf) - 1);
-	if (n <= 0)
+	if (n <= 0 || !json_parser_load_from_data(parser, buf, n, NULL))
 		return TRUE;
-	buf[n] = '\0';
-	re = g_regex_new("\"url\": \"([^\"]+)\"", 0, 0, NULL);
-	g_regex_match(re, buf, 0, &mi);
-	for (; g_match_info_matches(mi); g_match_info_next(mi, NULL)) {
-		g_autofree char *url = g_match_info_fetch(mi, 1);
+	root_node = json_parser_get_root(parser);
+	if (!root_node || !JSON_NODE_HOLDS_OBJECT(root_node))
+		return TRUE;
+	eps_node = json_object_get_member(json_node_get_object(root_node),
+					  "endpoints");
+	if (!eps_node || !JSON_NODE_HOLDS_ARRAY(eps_node))
+		return TRUE;
+	eps = json_node_get_array(eps_node);
+	for (i = 0; i < json_array_get_length(eps); i++) {
+		JsonNode *ep = json_array_get_element(eps, i);
+		const char *url =
+			JSON_NODE_HOLDS_OBJECT(ep)
+				? json_object_get_string_member_with_default(
+					  json_node_get_object(ep), "url", NULL)
+				: NULL;
 		g_autofree char *opt = NULL;
-		g_auto(GStrv) parts = g_strsplit(url, ",", -1);
-		g_autofree char *esc = g_strjoinv("\\,", parts);
+		g_auto(GStrv) parts = NULL;
+		g_autofree char *esc = NULL;
 
+		if (!url)
+			continue;
+		parts = g_strsplit(url, ",", -1);
+		esc = g_strjoinv("\\,", parts);
 		opt = g_strconcat("endpoint=", esc, NULL);
 		if (!config_parse_options(&t->cfg, opt, NULL, error)) {
 			g_prefix_error(error, "%s of '%s': ", STATS_XATTR,

@@ -1,0 +1,97 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * fs.h - struct fs: one mounted filesystem's state, for main.c, the
+ * index's life (index_life.h) and the FUSE ops (ops.h).
+ *
+ * Node ids: 1 is the root of the current index; any other node id is
+ * (generation << 40) | index_id, where the generation names the index it
+ * came from.  An index stays mapped while the kernel holds a lookup on one
+ * of its nodes, so open files and cached names keep working after a
+ * SIGHUP switched the mount to a newer index.
+ *
+ * Lock order: fs->lock is a leaf; it is never held across a request or a
+ * FUSE reply.
+ *
+ * Implemented by fs.c; fs_internal.h is what the files of fs/ that serve
+ * the ops share of it.
+ */
+#ifndef BUCKETFS_FS_FS_H
+#define BUCKETFS_FS_FS_H
+
+#include <fuse_lowlevel.h>
+#include <glib.h>
+
+#include "emptydirs.h"
+#include "index.h"
+#include "readahead.h"
+#include "s3.h"
+
+struct fs;
+
+/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
+enum fs_direct_io {
+	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
+	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
+	FS_DIRECT_IO_NONE,  /* none: every read goes through the page cache */
+};
+
+struct fs_options {
+	double entry_timeout; /* seconds the kernel may cache names/attrs */
+	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
+	enum fs_direct_io direct_io;
+	gboolean writable; /* names beyond the index: see overlay.h */
+	guint64 write_max; /* writable mode's largest file; 0 = default */
+	/*
+	 * Every file's and directory's owner, and their permission bits
+	 * (0 to 0777).  Write bits are shown only where a write can work:
+	 * none on a read-only mount, none on indexed files; the kernel
+	 * checks them (default_permissions).
+	 */
+	guint32 uid, gid;
+	guint32 file_mode, dir_mode;
+	struct ra_options readahead;
+};
+
+/*
+ * A filesystem; it serves nothing until fs_switch_index() gives it an
+ * index, which must happen before the session loop runs.  The S3 client
+ * is attached with fs_set_s3() (it starts threads, so it is made after
+ * daemonizing).  Main thread.
+ */
+struct fs *fs_new(const struct fs_options *opts);
+
+/* Attaches @s3 (the fs takes ownership).  Before the session loop runs. */
+void fs_set_s3(struct fs *fs, struct s3 *s3);
+
+/*
+ * The directories of -o empty_dirs= (the fs takes @d), shown wherever the
+ * index lacks them (emptydirs.h).  Before the first fs_switch_index().
+ */
+void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d);
+
+/* The session, for cache invalidations.  Before the loop runs. */
+void fs_set_session(struct fs *fs, struct fuse_session *se);
+
+/*
+ * After the session loop: uploads written files left open, logs the
+ * counters, and shuts the S3 client down (s3_shutdown()): reads still in
+ * flight are answered (cancelled) while the channel is still open, and
+ * other threads' S3 calls fail at once from then on.  Main thread;
+ * before fuse_session_unmount().  fs_free() closes the files the kernel
+ * never released.
+ */
+void fs_stop(struct fs *fs);
+
+/* Frees (stopping first if needed).  Main thread. */
+void fs_free(struct fs *fs);
+
+/*
+ * Switches new lookups to @idx (a reference is taken); nodes of the old
+ * index keep working until the kernel forgets them.  Any thread.
+ */
+void fs_switch_index(struct fs *fs, struct index *idx);
+
+/* The current index, referenced (unref it).  Any thread. */
+struct index *fs_current_index(struct fs *fs);
+
+#endif

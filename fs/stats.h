@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * stats.h - a mount's counters, as the JSON of the root's extended
+ * attribute user.bucketfs.stats and as the summary logged at unmount.
+ *
+ * A leaf of fs/: it reads the engines of src/ (http, readahead) and plain
+ * counters handed to it, and knows no struct fs.  The JSON is built with
+ * json-glib, so every string (an endpoint's URL) is escaped.  Its keys:
+ *   endpoints[]  url, requests, bytes, errors, hedges, ejections,
+ *                inflight, ejected, p50_ms, p99_ms (http_get_stats());
+ *   queued       requests waiting for a transfer slot (http_queued());
+ *   readahead    the fields of struct ra_stats, by their names;
+ *   files        reads (FUSE reads of files), handed_over (files stored
+ *                in the page cache at open);
+ *   stages       samples, and p50_ms and p99_ms of each request stage
+ *                (http_get_stage_stats(), http_stage_name());
+ *   streams      the fields of struct streams_stats, by their names.
+ * Tests and tools/bench read these names: keep them.
+ */
+#ifndef BUCKETFS_FS_STATS_H
+#define BUCKETFS_FS_STATS_H
+
+#include <glib.h>
+
+#include "http.h"
+#include "readahead.h"
+#include "streams.h"
+
+/* Where a mount's counters come from; borrowed for one call. */
+struct stats_sources {
+	struct http *http;
+	struct readahead *ra;
+	struct streams_stats streams;
+	guint64 reads;	     /* FUSE reads of files */
+	guint64 handed_over; /* files stored in the page cache at open */
+};
+
+/* The counters as a JSON object, newly allocated (g_free()).  Any
+ * thread. */
+char *stats_json(const struct stats_sources *src);
+
+/* One syslog line per endpoint, one for the request stages, one for
+ * readahead and one for the streams.  At unmount. */
+void stats_log_summary(const struct stats_sources *src);
+
+#endif
