@@ -129,10 +129,11 @@ for name in "${builds[@]}"; do
 	n=$(find "$logs" -type f | wc -l)
 	if [ "$n" -gt 0 ]; then
 		echo "== $b: sanitizer reports from $n processes ($logs):"
+		# sed -n, not head: no writer is cut off (SIGPIPE, pipefail).
 		grep -h "SUMMARY:" "$logs"/* | sort | uniq -c | sort -rn |
-			head -40
+			sed -n 1,40p
 		echo "-- the first report in full:"
-		head -n 80 "$(find "$logs" -type f | sort | head -n 1)"
+		sed -n 1,80p "$(find "$logs" -type f | sort | sed -n 1p)"
 		status=1
 	fi
 	reports+=("$b=$n")

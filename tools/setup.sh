@@ -23,7 +23,9 @@ command -v npm >/dev/null || packages+=(nodejs npm)
 
 missing=()
 for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+	# A here-string, not a pipe: grep -q stops at the match, and under
+	# pipefail a writer it left behind would fail the test (SIGPIPE).
+	grep -q "ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" ||
 		missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ] || [ "${BFS_APT_UPDATE:-0}" = 1 ]; then

@@ -61,7 +61,7 @@ cephc() {
 alive() {
 	local pid=$1
 	[ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
-		tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$conf"
+		grep -qF -- "$conf" <<<"$(tr '\0' ' ' <"/proc/$pid/cmdline")"
 }
 
 stop_daemons() {
@@ -191,7 +191,9 @@ start() {
 	local i
 	for ((i = 0; i < 120; i++)); do
 		alive "$(cat "$dir/run/osd.0.pid")" || fail osd.0 "died"
-		cephc osd dump 2>/dev/null | grep -q '^osd\.0 up' && break
+		# Not a pipe: grep -q stops at the match, and the rest of
+		# the dump would then fail the pipeline (SIGPIPE, pipefail).
+		grep -q '^osd\.0 up' <<<"$(cephc osd dump 2>/dev/null)" && break
 		sleep 0.5
 	done
 	[ "$i" -lt 120 ] || fail osd.0 "not up after 60 s"

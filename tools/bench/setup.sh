@@ -15,7 +15,9 @@ packages=(nginx libnginx-mod-http-echo s3fs rclone fio python3-matplotlib python
 	gnuplot-nox curl util-linux fuse3)
 missing=()
 for p in "${packages[@]}"; do
-	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" ||
+	# A here-string, not a pipe: grep -q stops at the match, and under
+	# pipefail a writer it left behind would fail the test (SIGPIPE).
+	grep -q "ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" ||
 		missing+=("$p")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
