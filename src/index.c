@@ -16,36 +16,21 @@
 #include <unistd.h>
 
 #include <glib/gstdio.h>
+/*
+ * XXH64 with seed 0 (libxxhash, the reference implementation) makes the
+ * checksums and the inode numbers, both part of the format: its output
+ * is specified and fixed, whatever the library's version.  States live
+ * on the stack (static linking only, in xxhash.h's words): lookups hash
+ * a key each, and an allocation each would cost more than the hash.
+ */
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
 #include "error.h"
 #include "index.h"
 #include "log.h"
 
-/* --- xxHash64 ------------------------------------------------------------ */
-
-/*
- * XXH64 (github.com/Cyan4973/xxHash, the 64-bit variant), written out here
- * because both the checksums and the inode numbers are part of the format
- * and must never change with a library version.
- */
-#define XXH_P1 G_GUINT64_CONSTANT(0x9E3779B185EBCA87)
-#define XXH_P2 G_GUINT64_CONSTANT(0xC2B2AE3D27D4EB4F)
-#define XXH_P3 G_GUINT64_CONSTANT(0x165667B19E3779F9)
-#define XXH_P4 G_GUINT64_CONSTANT(0x85EBCA77C2B2AE63)
-#define XXH_P5 G_GUINT64_CONSTANT(0x27D4EB2F165667C5)
-
-struct xxh64 {
-	guint64 v[4];
-	guint64 seed;
-	guint64 total;
-	guint8 mem[32];
-	gsize memsize;
-};
-
-static inline guint64 rotl64(guint64 x, int r)
-{
-	return (x << r) | (x >> (64 - r));
-}
+/* --- little-endian fields --------------------------------------------- */
 
 static inline guint64 get64(const guint8 *p)
 {
@@ -73,114 +58,6 @@ static inline void put32(guint8 *p, guint32 v)
 {
 	v = GUINT32_TO_LE(v);
 	memcpy(p, &v, sizeof(v));
-}
-
-static inline guint64 xxh64_round(guint64 acc, guint64 input)
-{
-	acc += input * XXH_P2;
-	acc = rotl64(acc, 31);
-	return acc * XXH_P1;
-}
-
-static inline guint64 xxh64_merge(guint64 acc, guint64 val)
-{
-	acc ^= xxh64_round(0, val);
-	return acc * XXH_P1 + XXH_P4;
-}
-
-static void xxh64_init(struct xxh64 *s, guint64 seed)
-{
-	memset(s, 0, sizeof(*s));
-	s->seed = seed;
-	s->v[0] = seed + XXH_P1 + XXH_P2;
-	s->v[1] = seed + XXH_P2;
-	s->v[2] = seed;
-	s->v[3] = seed - XXH_P1;
-}
-
-static const guint8 *xxh64_stripes(guint64 *v, const guint8 *p, gsize len)
-{
-	while (len >= 32) {
-		v[0] = xxh64_round(v[0], get64(p));
-		v[1] = xxh64_round(v[1], get64(p + 8));
-		v[2] = xxh64_round(v[2], get64(p + 16));
-		v[3] = xxh64_round(v[3], get64(p + 24));
-		p += 32;
-		len -= 32;
-	}
-	return p;
-}
-
-static void xxh64_update(struct xxh64 *s, const void *data, gsize len)
-{
-	const guint8 *p = data;
-	const guint8 *end = p + len;
-	gsize fill;
-
-	if (len == 0)
-		return;
-	s->total += len;
-	if (s->memsize + len < 32) {
-		memcpy(s->mem + s->memsize, p, len);
-		s->memsize += len;
-		return;
-	}
-	if (s->memsize > 0) {
-		fill = 32 - s->memsize;
-		memcpy(s->mem + s->memsize, p, fill);
-		xxh64_stripes(s->v, s->mem, 32);
-		p += fill;
-		s->memsize = 0;
-	}
-	p = xxh64_stripes(s->v, p, end - p);
-	s->memsize = end - p;
-	memcpy(s->mem, p, s->memsize);
-}
-
-static guint64 xxh64_digest(const struct xxh64 *s)
-{
-	const guint8 *p = s->mem;
-	gsize len = s->memsize;
-	guint64 h;
-
-	if (s->total >= 32) {
-		h = rotl64(s->v[0], 1) + rotl64(s->v[1], 7) +
-		    rotl64(s->v[2], 12) + rotl64(s->v[3], 18);
-		for (int i = 0; i < 4; i++)
-			h = xxh64_merge(h, s->v[i]);
-	} else {
-		h = s->seed + XXH_P5;
-	}
-	h += s->total;
-	for (; len >= 8; p += 8, len -= 8) {
-		h ^= xxh64_round(0, get64(p));
-		h = rotl64(h, 27) * XXH_P1 + XXH_P4;
-	}
-	if (len >= 4) {
-		h ^= (guint64)get32(p) * XXH_P1;
-		h = rotl64(h, 23) * XXH_P2 + XXH_P3;
-		p += 4;
-		len -= 4;
-	}
-	for (; len > 0; p++, len--) {
-		h ^= (guint64)*p * XXH_P5;
-		h = rotl64(h, 11) * XXH_P1;
-	}
-	h ^= h >> 33;
-	h *= XXH_P2;
-	h ^= h >> 29;
-	h *= XXH_P3;
-	h ^= h >> 32;
-	return h;
-}
-
-static guint64 xxh64(const void *data, gsize len, guint64 seed)
-{
-	struct xxh64 s;
-
-	xxh64_init(&s, seed);
-	xxh64_update(&s, data, len);
-	return xxh64_digest(&s);
 }
 
 /* --- the format ----------------------------------------------------------- */
@@ -296,14 +173,14 @@ static gint64 mtime_decode(guint64 v)
 
 static guint64 header_checksum(const guint8 *h, gsize hlen)
 {
-	struct xxh64 s;
+	XXH64_state_t s;
 	static const guint8 zero[8];
 
-	xxh64_init(&s, 0);
-	xxh64_update(&s, h, H_CHECKSUM);
-	xxh64_update(&s, zero, sizeof(zero));
-	xxh64_update(&s, h + H_CHECKSUM + 8, hlen - H_CHECKSUM - 8);
-	return xxh64_digest(&s);
+	XXH64_reset(&s, 0);
+	XXH64_update(&s, h, H_CHECKSUM);
+	XXH64_update(&s, zero, sizeof(zero));
+	XXH64_update(&s, h + H_CHECKSUM + 8, hlen - H_CHECKSUM - 8);
+	return XXH64_digest(&s);
 }
 
 guint64 index_key_ino(const char *key, gssize len)
@@ -311,7 +188,7 @@ guint64 index_key_ino(const char *key, gssize len)
 	guint64 h;
 
 	g_return_val_if_fail(key != NULL || len == 0, 0);
-	h = xxh64(key, len < 0 ? strlen(key) : (gsize)len, 0);
+	h = XXH64(key, len < 0 ? strlen(key) : (gsize)len, 0);
 	/* 0 is no inode and 1 is the root. */
 	return h < 2 ? h + 2 : h;
 }
@@ -361,7 +238,7 @@ char *index_default_path(const char *bucket, const char *prefix)
 {
 	g_autofree char *safe = NULL;
 	g_autofree char *file = NULL;
-	struct xxh64 s;
+	XXH64_state_t s;
 
 	g_return_val_if_fail(bucket != NULL, NULL);
 	if (!prefix)
@@ -371,11 +248,11 @@ char *index_default_path(const char *bucket, const char *prefix)
 		if (!g_ascii_isalnum(*p) && *p != '-' && *p != '_')
 			*p = '_';
 	}
-	xxh64_init(&s, 0);
-	xxh64_update(&s, bucket, strlen(bucket) + 1);
-	xxh64_update(&s, prefix, strlen(prefix));
+	XXH64_reset(&s, 0);
+	XXH64_update(&s, bucket, strlen(bucket) + 1);
+	XXH64_update(&s, prefix, strlen(prefix));
 	file = g_strdup_printf("%016" G_GINT64_MODIFIER "x.idx",
-			       xxh64_digest(&s));
+			       (guint64)XXH64_digest(&s));
 	return g_build_filename(g_get_user_cache_dir(), "bucketfs", safe, file,
 				NULL);
 }
@@ -661,7 +538,7 @@ index_id index_parent(const struct index *idx, index_id id)
 /* Where the bytes of a key go: a string, a hash, or both. */
 struct key_sink {
 	GString *str;
-	struct xxh64 *hash;
+	XXH64_state_t *hash;
 };
 
 static void key_sink_add(struct key_sink *ks, const char *s, gsize len)
@@ -669,7 +546,7 @@ static void key_sink_add(struct key_sink *ks, const char *s, gsize len)
 	if (ks->str)
 		g_string_append_len(ks->str, s, len);
 	if (ks->hash)
-		xxh64_update(ks->hash, s, len);
+		XXH64_update(ks->hash, s, len);
 }
 
 /*
@@ -729,7 +606,7 @@ void index_get_attr(const struct index *idx, index_id id,
 		    struct index_attr *out)
 {
 	struct entry e;
-	struct xxh64 h;
+	XXH64_state_t h;
 	struct key_sink ks = { .hash = &h };
 	guint64 first, n;
 
@@ -748,9 +625,9 @@ void index_get_attr(const struct index *idx, index_id id,
 		out->ino = INDEX_ROOT_INO;
 		return;
 	}
-	xxh64_init(&h, 0);
+	XXH64_reset(&h, 0);
 	if (key_walk(idx, id, &ks)) {
-		out->ino = xxh64_digest(&h);
+		out->ino = XXH64_digest(&h);
 		if (out->ino < 2)
 			out->ino += 2;
 	}
@@ -1309,7 +1186,7 @@ gboolean index_verify(struct index *idx, GError **error)
 		goto fail;
 	}
 	for (int k = 0; k < SEC_COUNT; k++) {
-		sum = xxh64(idx->map + idx->sec_off[k], idx->sec_len[k], 0);
+		sum = XXH64(idx->map + idx->sec_off[k], idx->sec_len[k], 0);
 		if (sum == idx->sec_sum[k])
 			continue;
 		corrupt(error,
@@ -1346,7 +1223,7 @@ void index_testing_reseal(void *data, gsize len)
 		guint64 off = get64(d), slen = get64(d + 8);
 
 		if (off <= len && slen <= len - off)
-			put64(d + 16, xxh64(h + off, slen, 0));
+			put64(d + 16, XXH64(h + off, slen, 0));
 	}
 	put64(h + H_CHECKSUM, header_checksum(h, hlen));
 }
@@ -2103,7 +1980,7 @@ struct swriter {
 	guint64 written; /* bytes handed to it */
 	guint8 *buf;
 	gsize used;
-	struct xxh64 hash;
+	XXH64_state_t hash;
 };
 
 /* What commit works with. */
@@ -2137,7 +2014,7 @@ static gboolean sec_put(struct layout *l, enum section k, const void *data,
 	struct swriter *s = &l->sec[k];
 	const guint8 *p = data;
 
-	xxh64_update(&s->hash, data, len);
+	XXH64_update(&s->hash, data, len);
 	s->written += len;
 	while (len > 0) {
 		gsize n = MIN(len, SECTION_BUF - s->used);
@@ -2316,7 +2193,7 @@ static void header_build(struct layout *l, guint8 *h, gsize hlen)
 
 		put64(d, l->off[k]);
 		put64(d + 8, l->len[k]);
-		put64(d + 16, xxh64_digest(&l->sec[k].hash));
+		put64(d + 16, XXH64_digest(&l->sec[k].hash));
 	}
 	memcpy(h + HEADER_FIXED, w->bucket, blen);
 	memcpy(h + HEADER_FIXED + blen, w->prefix, w->prefix_len);
@@ -2350,7 +2227,7 @@ static gboolean layout_plan(struct layout *l, GError **error)
 	for (int k = 0; k < SEC_COUNT; k++) {
 		l->sec[k].off = l->off[k];
 		l->sec[k].buf = g_malloc(SECTION_BUF);
-		xxh64_init(&l->sec[k].hash, 0);
+		XXH64_reset(&l->sec[k].hash, 0);
 	}
 	return TRUE;
 }

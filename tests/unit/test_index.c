@@ -1107,6 +1107,60 @@ static void test_default_path(void)
 	g_assert_null(strstr(e, "/../"));
 }
 
+/*
+ * An index written before xxHash64 came from libxxhash (fixtures/index/,
+ * made by bucketfs at 716b9a7; tests/integration/test_index_compat.py
+ * says how): every checksum holds, and every key has the inode, size,
+ * mtime and ETag that release showed.  The default path's hash too.
+ */
+static void test_written_before(void)
+{
+	g_autofree char *idx_path = g_test_build_filename(
+		G_TEST_DIST, "fixtures", "index", "compat-716b9a7.idx", NULL);
+	g_autofree char *tsv_path = g_test_build_filename(
+		G_TEST_DIST, "fixtures", "index", "compat-716b9a7.tsv", NULL);
+	g_autofree char *tsv = NULL;
+	g_autofree char *path = index_default_path("demo", "train/");
+	g_auto(GStrv) lines = NULL;
+	g_autoptr(GError) error = NULL;
+	struct index *idx;
+	guint checked = 0;
+
+	g_assert_true(g_str_has_suffix(path, "/767150048264ce84.idx"));
+	g_assert_true(g_file_get_contents(tsv_path, &tsv, NULL, NULL));
+	idx = index_open(idx_path, "compat", "", &error);
+	g_assert_no_error(error);
+	g_assert_true(index_verify(idx, &error));
+	g_assert_no_error(error);
+	lines = g_strsplit(tsv, "\n", -1);
+	for (guint i = 0; lines[i]; i++) {
+		g_auto(GStrv) f = g_strsplit(lines[i], "\t", -1);
+		g_auto(GStrv) parts = NULL;
+		g_autofree char *etag = NULL;
+		index_id id = INDEX_ROOT;
+		struct index_attr a;
+
+		if (!*lines[i] || lines[i][0] == '#')
+			continue;
+		g_assert_cmpuint(g_strv_length(f), ==, 5);
+		parts = g_strsplit(f[0], "/", -1);
+		for (guint j = 0; parts[j]; j++)
+			g_assert_true(index_lookup(idx, id, parts[j],
+						   strlen(parts[j]), &id));
+		index_get_attr(idx, id, &a);
+		g_assert_false(a.is_dir);
+		g_assert_cmpuint(a.size, ==, g_ascii_strtoull(f[1], NULL, 10));
+		g_assert_cmpint(a.mtime, ==, g_ascii_strtoll(f[2], NULL, 10));
+		g_assert_cmpuint(a.ino, ==, g_ascii_strtoull(f[3], NULL, 10));
+		g_assert_cmpuint(index_key_ino(f[0], -1), ==, a.ino);
+		etag = index_etag(idx, id);
+		g_assert_cmpstr(etag, ==, f[4]);
+		checked++;
+	}
+	g_assert_cmpuint(checked, >, 50);
+	index_unref(idx);
+}
+
 /* Many threads share one index; refs outlive the opener's. */
 static gpointer reader_thread(gpointer data)
 {
@@ -1234,6 +1288,7 @@ int main(int argc, char **argv)
 	ADD("/index/no-temp-files", test_no_temp_files);
 	ADD("/index/enospc", test_enospc);
 	g_test_add_func("/index/default-path", test_default_path);
+	g_test_add_func("/index/written-before", test_written_before);
 	ADD("/index/threads", test_threads);
 	if (g_test_perf())
 		ADD("/index/perf", test_perf);
