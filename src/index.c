@@ -1208,26 +1208,6 @@ fail:
 	return FALSE;
 }
 
-void index_testing_reseal(void *data, gsize len)
-{
-	guint8 *h = data;
-	guint32 hlen;
-
-	if (len < HEADER_FIXED || memcmp(h, INDEX_MAGIC, MAGIC_LEN) != 0)
-		return;
-	hlen = get32(h + H_HEADER_LEN);
-	if (hlen < HEADER_FIXED || hlen > len)
-		return;
-	for (int k = 0; k < SEC_COUNT; k++) {
-		guint8 *d = h + H_SECTIONS + k * SECTION_DESC;
-		guint64 off = get64(d), slen = get64(d + 8);
-
-		if (off <= len && slen <= len - off)
-			put64(d + 16, XXH64(h + off, slen, 0));
-	}
-	put64(h + H_CHECKSUM, header_checksum(h, hlen));
-}
-
 /* --- writing ------------------------------------------------------------ */
 
 /*

@@ -308,15 +308,4 @@ void index_writer_free(struct index_writer *w);
 typedef struct index_writer index_writer;
 G_DEFINE_AUTOPTR_CLEANUP_FUNC(index_writer, index_writer_free)
 
-/* --- tests only --------------------------------------------------------- */
-
-/*
- * Recomputes, in the @len bytes at @data (a whole index file), the
- * checksums of every section the header describes and then of the header,
- * so that a deliberately damaged body passes index_open() and
- * index_verify()'s checksums and reaches the accessors (for the fuzzer).
- * Does nothing if the header is too damaged to tell where the sections are.
- */
-void index_testing_reseal(void *data, gsize len);
-
 #endif

@@ -413,7 +413,7 @@ void log_shutdown(void)
 	g_atomic_int_set(&log_state.max_level, LOG_DEFAULT_LEVEL);
 }
 
-void log_set_sink(log_sink_fn fn, void *data)
+void log_testing_set_sink(log_sink_fn fn, void *data)
 {
 	pthread_mutex_lock(&log_state.lock);
 	log_state.sink = fn;
@@ -421,7 +421,7 @@ void log_set_sink(log_sink_fn fn, void *data)
 	pthread_mutex_unlock(&log_state.lock);
 }
 
-void log_set_repeat_window(gint64 usec)
+void log_testing_set_repeat_window(gint64 usec)
 {
 	log_flush();
 

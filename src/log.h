@@ -33,9 +33,9 @@
  * levels up to LOG_LEVEL_NOTICE, so that early errors are not lost.
  *
  * Threads: everything may be called from any thread, except log_init(),
- * log_shutdown(), log_set_sink() and log_set_repeat_window(), which must be
- * called while no other thread logs.  An internal mutex protects the
- * rate-limiting state; syslog(), stderr and the test sink are always called
+ * log_shutdown(), log_testing_set_sink() and log_testing_set_repeat_window(),
+ *which must be called while no other thread logs.  An internal mutex protects
+ *the rate-limiting state; syslog(), stderr and the test sink are always called
  * without holding it, so a slow syslog never blocks the bookkeeping of other
  * threads.
  *
@@ -110,20 +110,24 @@ void log_flush(void);
 void log_shutdown(void);
 
 /*
- * Tests only.  Sends every line (the bare text, without ident or level
+ * Test hooks (module_testing_*()): for the tests only.  The shipped
+ * binaries never call one, and leave them out (--gc-sections,
+ * src/meson.build; tests/check_test_hooks.sh checks).
+ *
+ * Sends every line (the bare text, without ident or level
  * prefix) to @fn instead of syslog and stderr; NULL restores them.  @fn is
  * called from the logging thread without the internal lock held, so it must
  * be thread-safe when several threads log.  @data is borrowed until the
  * sink is replaced.
  */
 typedef void (*log_sink_fn)(enum log_level level, const char *line, void *data);
-void log_set_sink(log_sink_fn fn, void *data);
+void log_testing_set_sink(log_sink_fn fn, void *data);
 
 /*
- * Tests only.  Sets the rate-limiting window to @usec microseconds (default
+ * Test hook.  Sets the rate-limiting window to @usec microseconds (default
  * 5 s); 0 or less turns rate limiting off.  Pending repeats are flushed
  * first.
  */
-void log_set_repeat_window(gint64 usec);
+void log_testing_set_repeat_window(gint64 usec);
 
 #endif

@@ -7,7 +7,7 @@
  *
  * The first input byte picks the mode (modulo 4); the rest is:
  *   0  an index file, written as it is and opened;
- *   1  the same after index_testing_reseal() fixed its checksums, so that
+ *   1  the same after index_reseal() fixed its checksums, so that
  *      a damaged body gets past index_open() to the accessors;
  *   2  keys separated by '\n' or NUL (sorted and deduplicated here), built
  *      into an index under the prefix "p/" when the next byte is odd: it
@@ -33,6 +33,7 @@
 
 #include "fuzz.h"
 #include "index.h"
+#include "index_reseal.h"
 
 #define WALK_BUDGET 4096
 #define MAX_KEYS    4096
@@ -357,7 +358,7 @@ static void fuzz_patches(const guint8 *data, gsize len)
 	for (gsize i = 1; i + 3 <= len; i += 3)
 		copy[(data[i] | data[i + 1] << 8) % base_len] = data[i + 2];
 	if (reseal)
-		index_testing_reseal(copy, base_len);
+		index_reseal(copy, base_len);
 	write_file(copy, base_len);
 	open_and_walk(len < 4);
 }
@@ -387,7 +388,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		break;
 	case 1:
 		copy = g_memdup2(data + 1, size - 1);
-		index_testing_reseal(copy, size - 1);
+		index_reseal(copy, size - 1);
 		write_file(copy, size - 1);
 		open_and_walk(FALSE);
 		break;

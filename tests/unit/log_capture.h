@@ -35,9 +35,9 @@ static void capture_start(struct capture *c, gint64 repeat_window_us)
 {
 	pthread_mutex_init(&c->lock, NULL);
 	c->lines = g_ptr_array_new_with_free_func(g_free);
-	log_set_sink(capture_sink, c);
+	log_testing_set_sink(capture_sink, c);
 	log_set_level(LOG_LEVEL_DEBUG);
-	log_set_repeat_window(repeat_window_us);
+	log_testing_set_repeat_window(repeat_window_us);
 }
 
 static void capture_stop(struct capture *c)

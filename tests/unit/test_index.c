@@ -20,6 +20,7 @@
 
 #include "error.h"
 #include "index.h"
+#include "index_reseal.h"
 
 #define MD5	  "0123456789abcdef0123456789abcdef"
 #define MD5_EMPTY "d41d8cd98f00b204e9800998ecf8427e"
@@ -864,7 +865,7 @@ static void test_resealed_damage(struct fixture *f, gconstpointer data)
 		copy[off] = values[off % G_N_ELEMENTS(values)];
 		if (copy[off] == buf[off])
 			continue;
-		index_testing_reseal(copy, len);
+		index_reseal(copy, len);
 		write_bytes(bad, copy, len);
 		idx = index_open(bad, NULL, NULL, &error);
 		if (!idx)
@@ -894,7 +895,7 @@ static void test_version(struct fixture *f, gconstpointer data)
 	build_mapping(path);
 	g_assert_true(g_file_get_contents(path, &buf, &len, NULL));
 	buf[8] = 3; /* the version, little-endian */
-	index_testing_reseal(buf, len);
+	index_reseal(buf, len);
 	write_bytes(path, buf, len);
 	open_fails(path, "bkt", "ds/", EPROTO,
 		   "format version 3, this bucketfs reads version 1");

@@ -139,7 +139,7 @@ static void test_repeat_window_closes(void)
 	struct capture c;
 
 	capture_start(&c, (gint64)3600 * G_USEC_PER_SEC);
-	log_set_repeat_window(20 * 1000);
+	log_testing_set_repeat_window(20 * 1000);
 	log_msg(LOG_LEVEL_ERR, "x");
 	log_msg(LOG_LEVEL_ERR, "x");
 	log_msg(LOG_LEVEL_ERR, "x");
@@ -178,7 +178,7 @@ static void test_repeat_disabled(void)
 	log_msg(LOG_LEVEL_ERR, "x");
 	log_msg(LOG_LEVEL_ERR, "x");
 	/* Turning it off reports what was pending. */
-	log_set_repeat_window(0);
+	log_testing_set_repeat_window(0);
 	g_assert_cmpuint(c.lines->len, ==, 2);
 	g_assert_cmpstr(capture_line(&c, 1), ==, "0 x (repeated 1 times)");
 	log_msg(LOG_LEVEL_ERR, "x");
