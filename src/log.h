@@ -33,11 +33,11 @@
  * levels up to LOG_LEVEL_NOTICE, so that early errors are not lost.
  *
  * Threads: everything may be called from any thread, except log_init(),
- * log_shutdown(), log_testing_set_sink() and log_testing_set_repeat_window(),
- *which must be called while no other thread logs.  An internal mutex protects
- *the rate-limiting state; syslog(), stderr and the test sink are always called
- * without holding it, so a slow syslog never blocks the bookkeeping of other
- * threads.
+ * log_shutdown(), log_testing_set_sink() and
+ * log_testing_set_repeat_window(), which must be called while no other
+ * thread logs.  An internal mutex protects the rate-limiting state;
+ * syslog(), stderr and the test sink are always called without holding it,
+ * so a slow syslog never blocks the bookkeeping of other threads.
  *
  * This module holds the only global state of bucketfs.
  */
