@@ -270,6 +270,7 @@ void fs_stop(struct fs *fs)
 	g_list_free(open);
 	fs_get_stats_sources(fs, &src);
 	stats_log_summary(&src);
+	stats_sources_clear(&src);
 	/* Reads in flight are answered (cancelled) while the kernel still
 	 * listens, and the background threads' requests fail at once. */
 	s3_shutdown(fs->s3);
@@ -332,6 +333,8 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	out->http = s3_get_http(fs->s3);
 	out->ra = fs->ra;
 	g_mutex_lock(&fs->lock);
+	out->idx = index_ref(fs->current->idx);
+	out->generation = fs->current->number;
 	if (fs->streams)
 		streams_get_stats(fs->streams, &out->streams);
 	g_mutex_unlock(&fs->lock);

@@ -145,8 +145,8 @@ guint empty_dir_node(struct fs *fs, fuse_ino_t ino);
  */
 const char *empty_dir_key(struct fs *fs, fuse_ino_t ino);
 
-/* What this mount's counters come from (stats.h): borrowed until
- * fs_free().  Any thread, once fs_set_s3() ran. */
+/* What this mount's counters come from (stats.h); stats_sources_clear()
+ * after.  Any thread, once fs_set_s3() ran. */
 void fs_get_stats_sources(struct fs *fs, struct stats_sources *out);
 
 #endif

@@ -568,9 +568,12 @@ static const char root_xattrs[] = "user.s3.key\0user.s3.uri\0" XATTR_STATS "\0";
 static char *stats_of(struct fs *fs)
 {
 	struct stats_sources src;
+	char *json;
 
 	fs_get_stats_sources(fs, &src);
-	return stats_json(&src);
+	json = stats_json(&src);
+	stats_sources_clear(&src);
+	return json;
 }
 
 /*

@@ -107,6 +107,29 @@ static void add_streams(JsonBuilder *b, const struct streams_stats *ss)
 	json_builder_end_object(b);
 }
 
+static void add_index(JsonBuilder *b, const struct stats_sources *src)
+{
+	struct index_stats s;
+
+	index_get_stats(src->idx, &s);
+	json_builder_set_member_name(b, "index");
+	json_builder_begin_object(b);
+	json_builder_set_member_name(b, "bucket");
+	json_builder_add_string_value(b, index_bucket(src->idx));
+	json_builder_set_member_name(b, "prefix");
+	json_builder_add_string_value(b, index_prefix(src->idx));
+	add_uint(b, "keys", s.keys);
+	json_builder_set_member_name(b, "created");
+	json_builder_add_int_value(b, s.created);
+	add_uint(b, "generation", src->generation);
+	json_builder_end_object(b);
+}
+
+void stats_sources_clear(struct stats_sources *src)
+{
+	g_clear_pointer(&src->idx, index_unref);
+}
+
 char *stats_json(const struct stats_sources *src)
 {
 	g_autoptr(JsonBuilder) b = json_builder_new();
@@ -124,6 +147,7 @@ char *stats_json(const struct stats_sources *src)
 	json_builder_end_object(b);
 	add_stages(b, src->http);
 	add_streams(b, &src->streams);
+	add_index(b, src);
 	json_builder_end_object(b);
 	root = json_builder_get_root(b);
 	json_generator_set_root(gen, root);

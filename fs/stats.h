@@ -14,7 +14,10 @@
  *                in the page cache at open);
  *   stages       samples, and p50_ms and p99_ms of each request stage
  *                (http_get_stage_stats(), http_stage_name());
- *   streams      the fields of struct streams_stats, by their names.
+ *   streams      the fields of struct streams_stats, by their names;
+ *   index        the index served: bucket, prefix, keys, created (seconds
+ *                since the epoch) and generation (1 at the mount, one
+ *                more at each switch: SIGHUP, index_max_age, a rebuild).
  * Tests and tools/bench read these names: keep them.
  */
 #ifndef BUCKETFS_FS_STATS_H
@@ -23,17 +26,24 @@
 #include <glib.h>
 
 #include "http.h"
+#include "index.h"
 #include "readahead.h"
 #include "streams.h"
 
-/* Where a mount's counters come from; borrowed for one call. */
+/* Where a mount's counters come from: borrowed, but for @idx, a reference
+ * that stats_sources_clear() drops. */
 struct stats_sources {
 	struct http *http;
 	struct readahead *ra;
+	struct index *idx;  /* the index served */
+	guint64 generation; /* its generation (fs.h) */
 	struct streams_stats streams;
 	guint64 reads;	     /* FUSE reads of files */
 	guint64 handed_over; /* files stored in the page cache at open */
 };
+
+/* Drops @src's reference on its index. */
+void stats_sources_clear(struct stats_sources *src);
 
 /* The counters as a JSON object, newly allocated (g_free()).  Any
  * thread. */
