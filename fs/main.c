@@ -535,6 +535,20 @@ out_handlers:
 }
 
 /*
+ * What bucketfs-doctor warns of, said at mount time too: a bucket with
+ * train/ and no valid/ stops DLIO at once (emptydirs_dlio()).
+ */
+static void report_dlio_layout(const struct mount *m, const struct index *idx)
+{
+	g_autofree char *detail = NULL;
+
+	if (emptydirs_dlio_of_index(idx, m->cfg.empty_dirs, &detail) ==
+	    EMPTYDIRS_DLIO_MISSING)
+		log_msg(LOG_LEVEL_WARNING, "DLIO layout: %s: %s", detail,
+			EMPTYDIRS_DLIO_FIX);
+}
+
+/*
  * Object buffers are a few hundred KiB each and live for milliseconds.
  * glibc would map each one fresh (or trim the heap under it), so every
  * copy into it would first fault in and zero new pages: 1.2x the files/s
@@ -619,6 +633,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	index_life_report_hidden(idx);
+	report_dlio_layout(&m, idx);
 	fs_switch_index(fs, idx);
 	index_unref(idx);
 	rc = serve(&m, se, fs);

@@ -228,3 +228,45 @@ void emptydirs_report(const struct emptydirs *d, const struct index *idx)
 					: "is not in the index: shown empty");
 	}
 }
+
+enum emptydirs_dlio emptydirs_dlio(gboolean train, gboolean valid,
+				   const GPtrArray *declared,
+				   const char *bucket, const char *prefix,
+				   char **detail)
+{
+	*detail = NULL;
+	if (!train || valid)
+		return EMPTYDIRS_DLIO_NONE;
+	/* GLib's find takes no const array; it does not change it. */
+	if (declared &&
+	    g_ptr_array_find_with_equal_func((GPtrArray *)declared, "valid",
+					     g_str_equal, NULL)) {
+		*detail = g_strdup_printf("s3://%s/%svalid/ has no key; "
+					  "-o empty_dirs=valid declares it",
+					  bucket, prefix);
+		return EMPTYDIRS_DLIO_DECLARED;
+	}
+	*detail = g_strdup_printf(
+		"s3://%s/%strain/ has keys and s3://%s/%svalid/ none: DLIO and "
+		"MLPerf Storage open valid/ too, and would stop with ENOENT",
+		bucket, prefix, bucket, prefix);
+	return EMPTYDIRS_DLIO_MISSING;
+}
+
+/* Whether @name is a directory of @idx's root. */
+static gboolean root_has_dir(const struct index *idx, const char *name)
+{
+	index_id id;
+
+	return index_lookup(idx, INDEX_ROOT, name, strlen(name), &id) &&
+	       index_is_dir(idx, id);
+}
+
+enum emptydirs_dlio emptydirs_dlio_of_index(const struct index *idx,
+					    const GPtrArray *declared,
+					    char **detail)
+{
+	return emptydirs_dlio(root_has_dir(idx, "train"),
+			      root_has_dir(idx, "valid"), declared,
+			      index_bucket(idx), index_prefix(idx), detail);
+}

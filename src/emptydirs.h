@@ -92,6 +92,36 @@ enum emptydirs_state emptydirs_state(const struct emptydirs *d, guint i,
 				     const struct index *idx, char **object);
 
 /*
+ * The DLIO layout: DLIO (and MLPerf Storage) read DATA/train/ and also
+ * open DATA/valid/, which S3 cannot hold empty, so a mount of a bucket
+ * with train/ and no valid/ stops their run at once with ENOENT.  Given
+ * whether s3://@bucket/@prefix's train/ has keys (@train) and valid/ has
+ * (@valid), and the declared paths @declared (config's empty_dirs, may be
+ * NULL): NONE when it is not that layout; DECLARED when valid/ has no key
+ * but -o empty_dirs=valid shows it; MISSING when nothing does: then the
+ * fix is EMPTYDIRS_DLIO_FIX.  *@detail (newly allocated) says so for the
+ * last two, else NULL.  The doctor asks S3 (a LIST of each), the mount its
+ * index (emptydirs_dlio_of_index()); both say the same.  Any thread.
+ */
+enum emptydirs_dlio {
+	EMPTYDIRS_DLIO_NONE,
+	EMPTYDIRS_DLIO_DECLARED,
+	EMPTYDIRS_DLIO_MISSING,
+};
+#define EMPTYDIRS_DLIO_FIX                                                     \
+	"mount with -o empty_dirs=valid (an empty valid/ directory)"
+enum emptydirs_dlio emptydirs_dlio(gboolean train, gboolean valid,
+				   const GPtrArray *declared,
+				   const char *bucket, const char *prefix,
+				   char **detail);
+
+/* emptydirs_dlio() of the tree of @idx: train/ and valid/ have keys when
+ * they are directories of it. */
+enum emptydirs_dlio emptydirs_dlio_of_index(const struct index *idx,
+					    const GPtrArray *declared,
+					    char **detail);
+
+/*
  * Logs a notice for each declared path that an object of @idx hides, and
  * at debug level the others' state (@d may be NULL: nothing).  At each
  * index switch.  Any thread.

@@ -24,6 +24,7 @@
 
 #include "config.h"
 #include "credentials.h"
+#include "emptydirs.h"
 #include "error.h"
 #include "index.h"
 #include "log.h"
@@ -575,32 +576,29 @@ static int has_keys(struct doctor *d, const char *dir)
 }
 
 /*
- * DLIO (and MLPerf Storage) read DATA/train/ and also open DATA/valid/,
- * which S3 cannot hold empty: a mount of a bucket with train/ and no
- * valid/ fails their run with ENOENT.  A warning, with the fix, unless
- * -o empty_dirs= declares valid.
+ * The DLIO layout (emptydirs_dlio(): the mount logs the same at mount
+ * time): a warning, with the fix, for train/ without valid/, unless
+ * -o empty_dirs= declares valid.  Nothing when a LIST fails.
  */
 static void check_dlio_layout(struct doctor *d)
 {
 	g_autofree char *detail = NULL;
+	int train = has_keys(d, "train/");
+	int valid = train == 1 ? has_keys(d, "valid/") : -1;
 
-	if (has_keys(d, "train/") != 1 || has_keys(d, "valid/") != 0)
+	if (train < 0 || valid < 0)
 		return;
-	if (d->cfg.empty_dirs &&
-	    g_ptr_array_find_with_equal_func(d->cfg.empty_dirs, "valid",
-					     g_str_equal, NULL)) {
-		detail = g_strdup_printf("s3://%s/%svalid/ has no key; "
-					 "-o empty_dirs=valid declares it",
-					 d->cfg.bucket, d->cfg.prefix);
+	switch (emptydirs_dlio(train, valid, d->cfg.empty_dirs, d->cfg.bucket,
+			       d->cfg.prefix, &detail)) {
+	case EMPTYDIRS_DLIO_NONE:
+		break;
+	case EMPTYDIRS_DLIO_DECLARED:
 		report(d, TRUE, "", "DLIO layout", detail, NULL);
-		return;
+		break;
+	case EMPTYDIRS_DLIO_MISSING:
+		warn(d, "", "DLIO layout", detail, EMPTYDIRS_DLIO_FIX);
+		break;
 	}
-	detail = g_strdup_printf(
-		"s3://%s/%strain/ has keys and s3://%s/%svalid/ none: DLIO and "
-		"MLPerf Storage open valid/ too, and would stop with ENOENT",
-		d->cfg.bucket, d->cfg.prefix, d->cfg.bucket, d->cfg.prefix);
-	warn(d, "", "DLIO layout", detail,
-	     "mount with -o empty_dirs=valid (an empty valid/ directory)");
 }
 
 /* -- host checks -------------------------------------------------------- */

@@ -145,6 +145,26 @@ class EmptyDirsTest(harness.MountCase):
                       m.output())
         self.unmount(m)
 
+    def test_mount_warns_of_the_dlio_layout(self):
+        """train/ and no valid/: the mount logs the doctor's warning and
+        its fix; not once the option declares valid."""
+        want = ("DLIO layout: s3://dlio/DATA/train/ has keys and "
+                "s3://dlio/DATA/valid/ none: DLIO and MLPerf Storage open "
+                "valid/ too, and would stop with ENOENT: mount with "
+                "-o empty_dirs=valid (an empty valid/ directory)")
+        idx = os.path.join(self.tmp, "dlio-warn.idx")
+        m = self.mount("dlio-warn", index=idx)
+        self.assertIn(want, m.output())
+        self.unmount(m)
+        m = self.mount("dlio-declared", "empty_dirs=valid", index=idx)
+        self.assertNotIn("DLIO layout", m.output())
+        self.unmount(m)
+        # The doctor says the same.
+        r = harness.run([harness.binary("bucketfs-doctor"), "s3://dlio/DATA",
+                         "-o", f"endpoint={self.server.url}"])
+        self.assertIn("⚠ DLIO layout: " + want.split(": ", 1)[1].split(
+            ": mount with")[0], r.stdout.decode())
+
     def test_index_listed_without_the_option(self):
         """The option on a mount whose cached index was listed before it
         was set, and on one bucketfs-index built."""

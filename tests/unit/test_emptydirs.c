@@ -221,6 +221,83 @@ static void test_state(void)
 	g_rmdir(dir);
 }
 
+/* An index of @keys under "p/" of bucket "bkt", opened. */
+static struct index *index_of(const char *dir, const char *const *keys, guint n)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *path = g_build_filename(dir, "dlio.idx", NULL);
+	g_autoptr(index_writer) w = index_writer_new(path, "bkt", "p/", &error);
+	struct index *idx;
+
+	g_assert_no_error(error);
+	for (guint i = 0; i < n; i++)
+		g_assert_true(index_writer_add(w, keys[i], 1, 0, NULL, &error));
+	g_assert_true(index_writer_commit(w, NULL, &error));
+	idx = index_open(path, "bkt", "p/", &error);
+	g_assert_no_error(error);
+	g_unlink(path);
+	return idx;
+}
+
+/* The doctor's DLIO check and the mount's are one: emptydirs_dlio(). */
+static void test_dlio(void)
+{
+	static const char *const only_train[] = { "p/train/a", "p/x" };
+	static const char *const both[] = { "p/train/a", "p/valid/b" };
+	static const char *const valid_file[] = { "p/train/a", "p/valid" };
+	static const char *const no_train[] = { "p/valid/b", "p/x/train" };
+	static const char *const decl[] = { "test", "valid", NULL };
+	g_autofree char *dir = g_dir_make_tmp("bfs-emptydirs-XXXXXX", NULL);
+	g_autoptr(GPtrArray) p = paths(decl);
+	g_autofree char *detail = NULL;
+	struct index *idx;
+
+	g_assert_cmpint(emptydirs_dlio(TRUE, FALSE, NULL, "b", "d/", &detail),
+			==, EMPTYDIRS_DLIO_MISSING);
+	g_assert_cmpstr(detail, ==,
+			"s3://b/d/train/ has keys and s3://b/d/valid/ none: "
+			"DLIO and MLPerf Storage open valid/ too, and would "
+			"stop with ENOENT");
+	g_clear_pointer(&detail, g_free);
+	g_assert_cmpint(emptydirs_dlio(TRUE, FALSE, p, "b", "", &detail), ==,
+			EMPTYDIRS_DLIO_DECLARED);
+	g_assert_cmpstr(detail, ==,
+			"s3://b/valid/ has no key; -o empty_dirs=valid "
+			"declares it");
+	g_clear_pointer(&detail, g_free);
+	g_assert_cmpint(emptydirs_dlio(TRUE, TRUE, NULL, "b", "", &detail), ==,
+			EMPTYDIRS_DLIO_NONE);
+	g_assert_null(detail);
+	g_assert_cmpint(emptydirs_dlio(FALSE, FALSE, NULL, "b", "", &detail),
+			==, EMPTYDIRS_DLIO_NONE);
+	g_assert_null(detail);
+
+	idx = index_of(dir, only_train, G_N_ELEMENTS(only_train));
+	g_assert_cmpint(emptydirs_dlio_of_index(idx, NULL, &detail), ==,
+			EMPTYDIRS_DLIO_MISSING);
+	g_assert_true(strstr(detail, "s3://bkt/p/valid/ none") != NULL);
+	g_clear_pointer(&detail, g_free);
+	g_assert_cmpint(emptydirs_dlio_of_index(idx, p, &detail), ==,
+			EMPTYDIRS_DLIO_DECLARED);
+	g_clear_pointer(&detail, g_free);
+	index_unref(idx);
+	idx = index_of(dir, both, G_N_ELEMENTS(both));
+	g_assert_cmpint(emptydirs_dlio_of_index(idx, NULL, &detail), ==,
+			EMPTYDIRS_DLIO_NONE);
+	index_unref(idx);
+	/* A file "valid" is no directory: DLIO would still fail. */
+	idx = index_of(dir, valid_file, G_N_ELEMENTS(valid_file));
+	g_assert_cmpint(emptydirs_dlio_of_index(idx, NULL, &detail), ==,
+			EMPTYDIRS_DLIO_MISSING);
+	g_clear_pointer(&detail, g_free);
+	index_unref(idx);
+	idx = index_of(dir, no_train, G_N_ELEMENTS(no_train));
+	g_assert_cmpint(emptydirs_dlio_of_index(idx, NULL, &detail), ==,
+			EMPTYDIRS_DLIO_NONE);
+	index_unref(idx);
+	g_rmdir(dir);
+}
+
 int main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
@@ -229,5 +306,6 @@ int main(int argc, char **argv)
 	g_test_add_func("/emptydirs/long-component", test_long_component);
 	g_test_add_func("/emptydirs/tree", test_tree);
 	g_test_add_func("/emptydirs/state", test_state);
+	g_test_add_func("/emptydirs/dlio", test_dlio);
 	return g_test_run();
 }
