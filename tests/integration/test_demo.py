@@ -45,6 +45,8 @@ def mounts_under(top):
 class DemoTest(unittest.TestCase):
     def setUp(self):
         self.tmp = tempfile.mkdtemp(prefix="bfs-demo-")
+        # The doctor looks at the default index path: not the user's.
+        self.cache = tempfile.mkdtemp(prefix="bfs-demo-cache-")
         self.proc = None
 
     def tearDown(self):
@@ -60,9 +62,10 @@ class DemoTest(unittest.TestCase):
             if subprocess.run(["fusermount3", "-u", mnt]).returncode:
                 subprocess.run(["fusermount3", "-uz", mnt])
         shutil.rmtree(self.tmp, ignore_errors=True)
+        shutil.rmtree(self.cache, ignore_errors=True)
 
     def run_demo(self):
-        env = harness.client_env(TMPDIR=self.tmp)
+        env = harness.client_env(TMPDIR=self.tmp, XDG_CACHE_HOME=self.cache)
         self.proc = subprocess.Popen(
             ["bash", os.path.join(harness.SRC, "tools", "demo.sh"),
              "--no-setup", "--build", harness.BUILD],
