@@ -106,6 +106,12 @@ struct http_options {
 	double stall_timeout;	/* seconds without a byte moving */
 	double request_timeout; /* seconds per attempt, 0 = none */
 	guint max_attempts;	/* >= 1 */
+	/* Seconds after its start that a request keeps retrying attempts
+	 * that reached no endpoint (connection refused, connect timeout, no
+	 * DNS answer), at most a second apart, without counting them in
+	 * max_attempts: a store down for a while is waited for.  0 = none:
+	 * every attempt counts. */
+	double retry_deadline;
 	guint max_connections;	/* >= 1: transfers and sockets at once */
 	double backoff_base;	/* seconds, first retry's cap (0 = 0.1) */
 	double backoff_max;	/* seconds, cap of any one wait (0 = 20) */

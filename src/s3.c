@@ -1070,6 +1070,7 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 	o.stall_timeout = cfg->stall_timeout;
 	o.request_timeout = cfg->request_timeout;
 	o.max_attempts = cfg->max_attempts;
+	o.retry_deadline = cfg->retry_deadline;
 	o.max_connections = cfg->max_connections
 				    ? cfg->max_connections
 				    : CONFIG_DEFAULT_MAX_CONNECTIONS;
