@@ -207,6 +207,8 @@ struct attempt {
 	gboolean sent;	  /* the request is on its way */
 	gboolean stalled; /* aborted by it */
 	CURLcode rc;	  /* how its transfer ended */
+	gboolean ranged;  /* it asks for a Range */
+	long body_status; /* the status its body came with */
 	GList hedge_link; /* in loop->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -233,6 +235,7 @@ struct http_request {
 	guint attempt;	   /* the round */
 	guint unreachable; /* rounds that reached no endpoint, not counted in
 			    * max_attempts (retry_deadline) */
+	guint range_ignored; /* 200s to its Range too big for its body */
 	gint64 start_us;
 	gint64 round_us;
 	gint64 due_us;
@@ -769,6 +772,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	}
 	if (a->body->len + n > a->req->body_limit) {
 		a->overflow = TRUE;
+		a->body_status = status;
 		return 0;
 	}
 	g_byte_array_append(a->body, (const guint8 *)ptr, n);
@@ -1070,9 +1074,12 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	a->body = g_byte_array_sized_new(req->body_reserve);
 	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-	for (i = 0; i < headers->len; i++)
-		a->req_headers = curl_slist_append(
-			a->req_headers, g_ptr_array_index(headers, i));
+	for (i = 0; i < headers->len; i++) {
+		const char *h = g_ptr_array_index(headers, i);
+
+		a->ranged |= !g_ascii_strncasecmp(h, "Range:", 6);
+		a->req_headers = curl_slist_append(a->req_headers, h);
+	}
 	/* No "Expect: 100-continue" round trip for small PUTs. */
 	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
 	a->easy = easy_get(l);
@@ -1323,6 +1330,20 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 {
 	struct http_request *req = a->req;
 
+	if (rc != CURLE_OK && a->overflow && a->ranged &&
+	    a->body_status == 200) {
+		/* The server ignored the Range and sends the whole object,
+		 * more than the range: another endpoint may honour it; no
+		 * retry here can change it. */
+		*error = g_error_new(BFS_ERROR, EIO,
+				     "HTTP 200 to a GET with Range: the server "
+				     "ignored the Range and sends the whole "
+				     "object, more than the %" G_GSIZE_FORMAT
+				     " bytes asked for",
+				     req->body_limit);
+		return req->range_ignored++ ? HTTP_VERDICT_FAIL
+					    : HTTP_VERDICT_RETRY;
+	}
 	if (rc != CURLE_OK) {
 		*error = transport_error(a, rc);
 		/* More bytes than asked for contradicts the request, like a

@@ -516,10 +516,11 @@ class Mount:
     """bucketfs -f in the background; unmounted with fusermount3 -u.
     @index None: no index= option (the cache directory's default).  With
     @may_fail, a daemon that exits before mounting leaves its status in
-    .failed (None once mounted) instead of raising."""
+    .failed (None once mounted) instead of raising.  @debug: -d instead
+    of -f (every retry logged, and FUSE's own trace)."""
 
     def __init__(self, url, endpoint, index, *opts, log, env=None,
-                 may_fail=False):
+                 may_fail=False, debug=False):
         self.dir = tempfile.mkdtemp(prefix="bfs-mnt-")
         o = [f"endpoint={endpoint}", *opts]
         if index is not None:
@@ -528,7 +529,7 @@ class Mount:
         self.log = log
         self.logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [binary("bucketfs"), "-f", "-o", ",".join(o), url,
+            [binary("bucketfs"), "-d" if debug else "-f", "-o", ",".join(o), url,
              self.dir], stdout=self.logf, stderr=subprocess.STDOUT,
             env=env or client_env())
         deadline = time.monotonic() + 60
