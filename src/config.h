@@ -82,7 +82,7 @@
 
 /* Connections when -o max_connections= is not given. */
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 64
-#define CONFIG_DEFAULT_RETRY_DEADLINE 60 /* seconds: see retry_deadline */
+#define CONFIG_DEFAULT_RETRY_DEADLINE  60 /* seconds: see retry_deadline */
 
 enum addressing {
 	ADDRESSING_AUTO,    /* only before config_finish() */

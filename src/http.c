@@ -58,7 +58,7 @@
 #define RECORD_LEN	   32 /* outcomes kept for the success rate */
 #define MAX_EVENT_THREADS  64
 #define SPARE_EASY_MAX	   256 /* idle easy handles kept per loop */
-#define UNREACHABLE_WAIT_MAX 1.0 /* seconds: a store's return is seen soon */
+#define UNREACH_WAIT_MAX   1.0 /* seconds: a store's return is seen soon */
 /* The retry budget (see "Retries" in http.h): tokens, one per retry. */
 #define BUDGET_MAX	   100.0
 #define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
@@ -235,7 +235,7 @@ struct http_request {
 	guint attempt;	   /* the round */
 	guint unreachable; /* rounds that reached no endpoint, not counted in
 			    * max_attempts (retry_deadline) */
-	guint range_ignored; /* 200s to its Range too big for its body */
+	guint range_200;   /* 200s to its Range too big for its body */
 	gint64 start_us;
 	gint64 round_us;
 	gint64 due_us;
@@ -466,17 +466,22 @@ static struct endpoint *probe_candidate(struct http *http, gint64 now)
 	return NULL;
 }
 
-/* Successes among the last RECORD_LEN judged attempts, per 1024. */
-static guint success_rate(const struct endpoint *ep)
+/* Successes among the last record_len judged attempts. */
+static guint successes(const struct endpoint *ep)
 {
 	guint32 mask = ep->record_len >= RECORD_LEN
 			       ? G_MAXUINT32
 			       : (1u << ep->record_len) - 1;
 
+	return (guint)__builtin_popcount(ep->record & mask);
+}
+
+/* Successes among the last RECORD_LEN judged attempts, per 1024. */
+static guint success_rate(const struct endpoint *ep)
+{
 	if (!ep->record_len)
 		return 512; /* nothing known: a coin */
-	return (guint)__builtin_popcount(ep->record & mask) * 1024 /
-	       ep->record_len;
+	return successes(ep) * 1024 / ep->record_len;
 }
 
 static void record_outcome(struct endpoint *ep, gboolean ok)
@@ -585,13 +590,8 @@ static void health_note(struct http *http, struct attempt *a, enum outcome o,
 		log_msg(LOG_LEVEL_WARNING,
 			"endpoint %s ejected after %u consecutive failures "
 			"(%u of its last %u attempts answered): %s",
-			ep->url, ep->streak,
-			(guint)__builtin_popcount(
-				ep->record & (ep->record_len >= RECORD_LEN
-						      ? G_MAXUINT32
-						      : (1u << ep->record_len) -
-								1)),
-			ep->record_len, chain);
+			ep->url, ep->streak, successes(ep), ep->record_len,
+			chain);
 		return;
 	}
 	/* Attempts started before the ejection do not decide it. */
@@ -1341,8 +1341,8 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 				     "object, more than the %" G_GSIZE_FORMAT
 				     " bytes asked for",
 				     req->body_limit);
-		return req->range_ignored++ ? HTTP_VERDICT_FAIL
-					    : HTTP_VERDICT_RETRY;
+		return req->range_200++ ? HTTP_VERDICT_FAIL
+					: HTTP_VERDICT_RETRY;
 	}
 	if (rc != CURLE_OK) {
 		*error = transport_error(a, rc);
@@ -1510,10 +1510,9 @@ static gint64 budget_take(struct http *http, gint64 now)
  * failed round of the request.  SlowDown and other 5xx: backoff_base
  * first (the server is struggling or asks for less).  A broken transfer:
  * at once the first time, then a tenth of that (a new connection is the
- * remedy, not time).  No
- * connection: at once to another healthy endpoint, else capped at
- * UNREACHABLE_WAIT_MAX so that a store's return is seen soon.  All but
- * the last also wait for the retry budget.
+ * remedy, not time).  No connection: at once to another healthy
+ * endpoint, else capped at UNREACH_WAIT_MAX so that a store's return is
+ * seen soon.  All but that one also wait for the retry budget.
  */
 static gint64 retry_wait_us(struct loop *l, struct http_request *req,
 			    const struct attempt *a, enum fault f)
@@ -1535,7 +1534,7 @@ static gint64 retry_wait_us(struct loop *l, struct http_request *req,
 			return 0;
 		cap = MIN(http->backoff_base *
 				  (double)(1u << MIN(req->attempt - 1, 20)),
-			  UNREACHABLE_WAIT_MAX);
+			  UNREACH_WAIT_MAX);
 		break;
 	case FAULT_NETWORK:
 		if (k == 1)
@@ -1630,10 +1629,11 @@ static void round_lost(struct loop *l, struct attempt *a,
 			waited = FALSE;
 		}
 		if (waited) {
-			g_prefix_error(&error,
-				       "no endpoint reachable for retry_deadline "
-				       "(%.0f s): ",
-				       http->retry_deadline_us / 1e6);
+			g_prefix_error(
+				&error,
+				"no endpoint reachable for retry_deadline "
+				"(%.0f s): ",
+				http->retry_deadline_us / 1e6);
 		} else if (req->attempt - req->unreachable <
 			   req->max_attempts) {
 			schedule_retry(l, a, error, f);

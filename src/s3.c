@@ -540,8 +540,8 @@ static enum http_verdict judge_range_ignored(struct call *call,
 					     GError **error)
 {
 	guint64 len = resp->body->len;
-	guint64 end = call->length ? MIN(call->offset + call->length, len)
-				   : len;
+	guint64 end =
+		call->length ? MIN(call->offset + call->length, len) : len;
 
 	if (call->offset >= len) {
 		g_set_error(error, BFS_ERROR, EIO,
@@ -557,13 +557,14 @@ static enum http_verdict judge_range_ignored(struct call *call,
 					      1)) {
 		g_autofree char *k = log_escape(call->key ? call->key : "", -1);
 		g_autofree char *last =
-			call->length ? g_strdup_printf(
-					       "%" PRIu64,
-					       call->offset + call->length - 1)
+			call->length ? g_strdup_printf("%" PRIu64,
+						       call->offset +
+							       call->length - 1)
 				     : g_strdup("");
 
 		log_msg(LOG_LEVEL_NOTICE,
-			"%s ignores Range: HTTP 200 with the whole object (%" PRIu64
+			"%s ignores Range: HTTP 200 with the whole object "
+			"(%" PRIu64
 			" bytes) to GET s3://%s/%s with Range bytes=%" PRIu64
 			"-%s; the bytes wanted are taken from it (logged once)",
 			resp->endpoint->url, len, call->s3->bucket, k,
