@@ -417,13 +417,9 @@ static void ewma_add(struct http *http, struct endpoint *ep, gint64 us,
 	ep->ewma_at = now;
 }
 
-static guint success_rate(const struct endpoint *ep);
-
 /*
  * The healthy endpoint other than @avoid where one more attempt expects
- * to wait least: (inflight + 1) x recent latency / recent success rate
- * (the attempts a success takes, on average; an endpoint nothing is known
- * of yet counts as answering all).  Ties go round.
+ * to wait least: (inflight + 1) x recent latency.  Ties go round.
  */
 static struct endpoint *pick_healthy(struct http *http,
 				     const struct endpoint *avoid, gint64 now)
@@ -441,9 +437,7 @@ static struct endpoint *pick_healthy(struct http *http,
 
 		if (ep->ejected || ep == avoid)
 			continue;
-		score = (ep->inflight + 1.0) * latency_now(ep, fastest, now) *
-			1024.0 /
-			(ep->record_len ? MAX(success_rate(ep), 32u) : 1024u);
+		score = (ep->inflight + 1.0) * latency_now(ep, fastest, now);
 		if (!best || score < best_score) {
 			best = ep;
 			best_score = score;

@@ -31,10 +31,8 @@
  *
  * Endpoints.  Each endpoint keeps an EWMA of the latency of its recent
  * successful attempts; an attempt goes to the healthy endpoint with the
- * smallest (attempts in flight + 1) x EWMA / success rate of its last 32
- * judged attempts (an endpoint without a latency yet counts as the
- * fastest known one, and without a record as answering all; ties
- * rotate).  A latency that is not
+ * smallest (attempts in flight + 1) x EWMA (an endpoint without a latency
+ * yet counts as the fastest known one; ties rotate).  A latency that is not
  * renewed fades toward the fastest known one (half-life 1 s), so an
  * endpoint that looked slow for a moment gets tried again.  A retry avoids
  * the endpoint that just failed it while another healthy one exists.  A
