@@ -153,7 +153,6 @@ struct http {
 	pthread_mutex_t lock; /* see the top of this file */
 	double budget;	      /* protected by lock: retry tokens, may be < 0 */
 	gint64 budget_at;     /* protected by lock: its last refill */
-	guint64 budget_waits; /* protected by lock: retries it delayed */
 	GQueue pending;	      /* protected by lock: FIFO, no loop had room */
 	gboolean stopping;    /* protected by lock */
 	gboolean closed;      /* protected by lock: submissions are cancelled */
@@ -1494,7 +1493,6 @@ static gint64 budget_take(struct http *http, gint64 now)
 	/* A debt beyond one bucket is forgiven, so no wait exceeds
 	 * BUDGET_MAX / BUDGET_REFILL seconds. */
 	http->budget = MAX(http->budget, -BUDGET_MAX);
-	http->budget_waits++;
 	return (gint64)(-http->budget / BUDGET_REFILL * G_USEC_PER_SEC);
 }
 
