@@ -394,6 +394,17 @@ static gboolean opt_request_timeout(struct config *cfg, const char *name,
 	return TRUE;
 }
 
+static gboolean opt_retry_deadline(struct config *cfg, const char *name,
+				   const char *value, GError **error)
+{
+	if (!parse_seconds(value, 0, FALSE, REQUEST_SECONDS_MAX,
+			   &cfg->retry_deadline))
+		return bad_value(error, name, value,
+				 "is not a number of seconds between 0 "
+				 "(none) and 86400");
+	return TRUE;
+}
+
 static gboolean opt_max_attempts(struct config *cfg, const char *name,
 				 const char *value, GError **error)
 {
@@ -560,6 +571,7 @@ static const struct option_def option_defs[] = {
 	{ "stall_timeout", "SECONDS", opt_timeout },
 	{ "request_timeout", "SECONDS", opt_request_timeout },
 	{ "max_attempts", "N", opt_max_attempts },
+	{ "retry_deadline", "SECONDS", opt_retry_deadline },
 	{ "max_connections", "N", opt_max_connections },
 	{ "event_threads", "N", opt_event_threads },
 	{ "ro", NULL, opt_ro },
@@ -1607,6 +1619,7 @@ void config_init(struct config *cfg)
 	cfg->stall_timeout = 30;
 	cfg->request_timeout = 0;
 	cfg->max_attempts = 10;
+	cfg->retry_deadline = CONFIG_DEFAULT_RETRY_DEADLINE;
 	cfg->max_connections = 0;
 	cfg->read_only = TRUE;
 	cfg->given =
@@ -1749,6 +1762,7 @@ char *config_describe(const struct config *cfg)
 	describe_seconds(s, "request_timeout:", cfg->request_timeout);
 	g_string_append_printf(s, "%-17s %u\n",
 			       "max_attempts:", cfg->max_attempts);
+	describe_seconds(s, "retry_deadline:", cfg->retry_deadline);
 	if (cfg->max_connections)
 		g_string_append_printf(s, "%-17s %u\n", "max_connections:",
 				       cfg->max_connections);
@@ -1792,6 +1806,12 @@ static const char config_help[] =
 "    request_timeout=SECS  limit for one attempt, 0 = none, at most\n"
 "                          86400 (default 0)\n"
 "    max_attempts=N        attempts per request, 1..100 (default 10)\n"
+"    retry_deadline=SECS   while a request is younger than SECS, attempts\n"
+"                          that reach no endpoint (refused, connect\n"
+"                          timeout, DNS) are retried, at most 1 s apart,\n"
+"                          and not counted in max_attempts: a store down\n"
+"                          that long is waited for; 0 = count them,\n"
+"                          at most 86400 (default 60)\n"
 "    max_connections=N     connection limit, 1..1000000 (default 64)\n"
 "    event_threads=N       HTTP event threads, each with its share of\n"
 "                          max_connections, 1..64 (default: a quarter\n"

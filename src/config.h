@@ -82,6 +82,7 @@
 
 /* Connections when -o max_connections= is not given. */
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 64
+#define CONFIG_DEFAULT_RETRY_DEADLINE  60 /* seconds: see retry_deadline */
 
 enum addressing {
 	ADDRESSING_AUTO,    /* only before config_finish() */
@@ -125,6 +126,7 @@ struct config {
 	double stall_timeout;	/* seconds without progress, default 30 */
 	double request_timeout; /* 0 = none; bound for one attempt; default 0 */
 	guint max_attempts;	/* default 10 */
+	double retry_deadline;	/* seconds; 0 = none; default 60 (http.h) */
 	guint max_connections;	/* 0 = derive later from RLIMIT_NOFILE */
 	guint event_threads;	/* HTTP event threads, 1..64; 0 = a quarter of
 				 * the cores, 1..16 (http.h) */

@@ -58,6 +58,11 @@
 #define RECORD_LEN	   32 /* outcomes kept for the success rate */
 #define MAX_EVENT_THREADS  64
 #define SPARE_EASY_MAX	   256 /* idle easy handles kept per loop */
+#define UNREACH_WAIT_MAX   1.0 /* seconds: a store's return is seen soon */
+/* The retry budget (see "Retries" in http.h): tokens, one per retry. */
+#define BUDGET_MAX	   100.0
+#define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
+#define BUDGET_REFILL	   10.0 /* earned per second regardless */
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -138,6 +143,7 @@ struct http {
 	double backoff_base;
 	double backoff_max;
 	guint max_attempts;
+	gint64 retry_deadline_us; /* 0 = none */
 	guint max_connections;
 	guint eject_after;
 	gint64 cooloff_us;
@@ -145,6 +151,8 @@ struct http {
 	guint ramp_per_tick;
 
 	pthread_mutex_t lock; /* see the top of this file */
+	double budget;	      /* protected by lock: retry tokens, may be < 0 */
+	gint64 budget_at;     /* protected by lock: its last refill */
 	GQueue pending;	      /* protected by lock: FIFO, no loop had room */
 	gboolean stopping;    /* protected by lock */
 	gboolean closed;      /* protected by lock: submissions are cancelled */
@@ -197,6 +205,9 @@ struct attempt {
 	curl_off_t moved_dl, moved_ul;
 	gboolean sent;	  /* the request is on its way */
 	gboolean stalled; /* aborted by it */
+	CURLcode rc;	  /* how its transfer ended */
+	gboolean ranged;  /* it asks for a Range */
+	long body_status; /* the status its body came with */
 	GList hedge_link; /* in loop->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
@@ -221,6 +232,9 @@ struct http_request {
 	/* Its loop's only, once taken (before: under http->lock). */
 	struct loop *loop; /* the one it lives on, NULL until taken */
 	guint attempt;	   /* the round */
+	guint unreachable; /* rounds that reached no endpoint, not counted in
+			    * max_attempts (retry_deadline) */
+	guint range_200;   /* 200s to its Range too big for its body */
 	gint64 start_us;
 	gint64 round_us;
 	gint64 due_us;
@@ -445,17 +459,22 @@ static struct endpoint *probe_candidate(struct http *http, gint64 now)
 	return NULL;
 }
 
-/* Successes among the last RECORD_LEN judged attempts, per 1024. */
-static guint success_rate(const struct endpoint *ep)
+/* Successes among the last record_len judged attempts. */
+static guint successes(const struct endpoint *ep)
 {
 	guint32 mask = ep->record_len >= RECORD_LEN
 			       ? G_MAXUINT32
 			       : (1u << ep->record_len) - 1;
 
+	return (guint)__builtin_popcount(ep->record & mask);
+}
+
+/* Successes among the last RECORD_LEN judged attempts, per 1024. */
+static guint success_rate(const struct endpoint *ep)
+{
 	if (!ep->record_len)
 		return 512; /* nothing known: a coin */
-	return (guint)__builtin_popcount(ep->record & mask) * 1024 /
-	       ep->record_len;
+	return successes(ep) * 1024 / ep->record_len;
 }
 
 static void record_outcome(struct endpoint *ep, gboolean ok)
@@ -532,6 +551,8 @@ enum outcome {
 	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
 };
 
+static gboolean another_healthy(struct http *http, const struct endpoint *ep);
+
 /*
  * Counts one finished attempt toward its endpoint's health.  @chain is the
  * attempt's whole cause chain, for the one warning of an ejection.
@@ -548,13 +569,22 @@ static void health_note(struct http *http, struct attempt *a, enum outcome o,
 			ep->streak = 0;
 		if (o != OUTCOME_FAILED || ++ep->streak < http->eject_after)
 			return;
+		/* A streak is bad luck on an endpoint that answers most of
+		 * its attempts, or a quarter of them when no other endpoint
+		 * is healthy: ejecting the one that answers costs more than
+		 * it saves. */
+		if (success_rate(ep) >= 512 ||
+		    (success_rate(ep) >= 256 && !another_healthy(http, ep)))
+			return;
 		ep->ejected_at = now;
 		ep->probe_at = now + http->cooloff_us;
 		ep->ejected = TRUE;
 		ep->ejections++;
 		log_msg(LOG_LEVEL_WARNING,
-			"endpoint %s ejected after %u consecutive failures: %s",
-			ep->url, ep->streak, chain);
+			"endpoint %s ejected after %u consecutive failures "
+			"(%u of its last %u attempts answered): %s",
+			ep->url, ep->streak, successes(ep), ep->record_len,
+			chain);
 		return;
 	}
 	/* Attempts started before the ejection do not decide it. */
@@ -650,10 +680,16 @@ static CURL *easy_get(struct loop *l)
 }
 
 /* Reset, so that it keeps no pointer to its attempt; curl keeps its
- * buffer.  At most one a slot is kept, and SPARE_EASY_MAX in all. */
+ * buffer.  At most one a slot is kept, and SPARE_EASY_MAX in all.  A
+ * handle that holds an OS errno is not kept: curl_easy_reset() keeps it,
+ * and a later transfer that fails without one of its own (a truncated
+ * body) would report it as its cause. */
 static void easy_put(struct loop *l, CURL *easy)
 {
-	if (l->spare_easy->len >= MIN(l->slots, SPARE_EASY_MAX)) {
+	long os_errno = 0;
+
+	curl_easy_getinfo(easy, CURLINFO_OS_ERRNO, &os_errno);
+	if (os_errno || l->spare_easy->len >= MIN(l->slots, SPARE_EASY_MAX)) {
 		curl_easy_cleanup(easy);
 		return;
 	}
@@ -729,6 +765,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	}
 	if (a->body->len + n > a->req->body_limit) {
 		a->overflow = TRUE;
+		a->body_status = status;
 		return 0;
 	}
 	g_byte_array_append(a->body, (const guint8 *)ptr, n);
@@ -892,11 +929,18 @@ static void setopt_method(struct http_request *req, CURL *easy)
 static char *chain_prefix(const struct http_request *req,
 			  const struct endpoint *ep)
 {
+	double t = (g_get_monotonic_time() - req->start_us) / 1e6;
+
 	if (!ep)
 		return g_strdup_printf("%s: ", req->what);
+	if (req->unreachable)
+		return g_strdup_printf(
+			"%s via %s (attempt %u/%u, %.1f s, after %u attempts "
+			"that reached no endpoint): ",
+			req->what, ep->url, req->attempt - req->unreachable,
+			req->max_attempts, t, req->unreachable);
 	return g_strdup_printf("%s via %s (attempt %u/%u, %.1f s): ", req->what,
-			       ep->url, req->attempt, req->max_attempts,
-			       (g_get_monotonic_time() - req->start_us) / 1e6);
+			       ep->url, req->attempt, req->max_attempts, t);
 }
 
 /* Adds a successful request's stage times to the rings. */
@@ -1023,9 +1067,12 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	a->body = g_byte_array_sized_new(req->body_reserve);
 	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
-	for (i = 0; i < headers->len; i++)
-		a->req_headers = curl_slist_append(
-			a->req_headers, g_ptr_array_index(headers, i));
+	for (i = 0; i < headers->len; i++) {
+		const char *h = g_ptr_array_index(headers, i);
+
+		a->ranged |= !g_ascii_strncasecmp(h, "Range:", 6);
+		a->req_headers = curl_slist_append(a->req_headers, h);
+	}
 	/* No "Expect: 100-continue" round trip for small PUTs. */
 	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
 	a->easy = easy_get(l);
@@ -1265,7 +1312,7 @@ static void response_init(struct http_response *resp, struct attempt *a)
 	resp->headers = a->headers;
 	resp->endpoint = &a->ep->pub;
 	resp->tag = a->tag;
-	resp->attempt = a->req->attempt;
+	resp->attempt = a->req->attempt - a->req->unreachable;
 	resp->max_attempts = a->req->max_attempts;
 	resp->elapsed = (g_get_monotonic_time() - a->req->start_us) / 1e6;
 }
@@ -1276,6 +1323,20 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 {
 	struct http_request *req = a->req;
 
+	if (rc != CURLE_OK && a->overflow && a->ranged &&
+	    a->body_status == 200) {
+		/* The server ignored the Range and sends the whole object,
+		 * more than the range: another endpoint may honour it; no
+		 * retry here can change it. */
+		*error = g_error_new(BFS_ERROR, EIO,
+				     "HTTP 200 to a GET with Range: the server "
+				     "ignored the Range and sends the whole "
+				     "object, more than the %" G_GSIZE_FORMAT
+				     " bytes asked for",
+				     req->body_limit);
+		return req->range_200++ ? HTTP_VERDICT_FAIL
+					: HTTP_VERDICT_RETRY;
+	}
 	if (rc != CURLE_OK) {
 		*error = transport_error(a, rc);
 		/* More bytes than asked for contradicts the request, like a
@@ -1369,14 +1430,115 @@ static void round_won(struct loop *l, struct attempt *a,
 	finish(l->http, req, a, resp, NULL);
 }
 
-/* Full jitter: a uniform wait in [0, min(max, base * 2^(attempt-1))]. */
-static gint64 backoff_us(struct loop *l, guint attempt)
+/*
+ * What a failed attempt says, for its retry's wait (the policy is in
+ * http.h, "Retries", and docs/RELIABILITY.md).
+ */
+enum fault {
+	FAULT_SLOWDOWN,	   /* 503 or 429: the server asks for less */
+	FAULT_SERVER,	   /* another 5xx */
+	FAULT_NETWORK,	   /* reset, truncated, stalled, a bad answer */
+	FAULT_UNREACHABLE, /* no connection: refused, timed out, no DNS */
+};
+
+static enum fault fault_of(const struct attempt *a)
+{
+	switch (a->rc) {
+	case CURLE_OK:
+		break;
+	case CURLE_COULDNT_CONNECT:
+	case CURLE_COULDNT_RESOLVE_HOST:
+		return FAULT_UNREACHABLE;
+	case CURLE_OPERATION_TIMEDOUT:
+		return a->sent ? FAULT_NETWORK : FAULT_UNREACHABLE;
+	default:
+		return FAULT_NETWORK;
+	}
+	if (a->status == 503 || a->status == 429)
+		return FAULT_SLOWDOWN;
+	return a->status >= 500 ? FAULT_SERVER : FAULT_NETWORK;
+}
+
+/* Whether a healthy endpoint other than @ep exists.  Under http->lock. */
+static gboolean another_healthy(struct http *http, const struct endpoint *ep)
+{
+	guint i;
+
+	for (i = 0; i < http->endpoints->len; i++) {
+		const struct endpoint *e = endpoint_at(http, i);
+
+		if (e != ep && !e->ejected)
+			return TRUE;
+	}
+	return FALSE;
+}
+
+/*
+ * The retry budget, a token bucket as in the AWS SDKs: a retry takes a
+ * token; each request's first attempt earns BUDGET_PER_REQUEST and time
+ * BUDGET_REFILL a second, up to BUDGET_MAX.  A retry past the budget is
+ * not dropped (a read would fail for it) but waits for the tokens it
+ * lacks, so a storm of faults costs the store at most about half a
+ * retry per request plus BUDGET_REFILL a second, not max_attempts times
+ * the load.  Returns that wait.  Under http->lock.
+ */
+static gint64 budget_take(struct http *http, gint64 now)
+{
+	if (http->budget_at)
+		http->budget += (now - http->budget_at) / 1e6 * BUDGET_REFILL;
+	http->budget_at = now;
+	http->budget = MIN(http->budget, BUDGET_MAX) - 1;
+	if (http->budget >= 0)
+		return 0;
+	/* A debt beyond one bucket is forgiven, so no wait exceeds
+	 * BUDGET_MAX / BUDGET_REFILL seconds. */
+	http->budget = MAX(http->budget, -BUDGET_MAX);
+	return (gint64)(-http->budget / BUDGET_REFILL * G_USEC_PER_SEC);
+}
+
+/*
+ * The wait before the next round of @req, whose round @a failed with
+ * @f.  Full jitter: uniform in [0, cap], the cap doubling with each
+ * failed round of the request.  SlowDown and other 5xx: backoff_base
+ * first (the server is struggling or asks for less).  A broken transfer:
+ * at once the first time, then a tenth of that (a new connection is the
+ * remedy, not time).  No connection: at once to another healthy
+ * endpoint, else capped at UNREACH_WAIT_MAX so that a store's return is
+ * seen soon.  All but that one also wait for the retry budget.
+ */
+static gint64 retry_wait_us(struct loop *l, struct http_request *req,
+			    const struct attempt *a, enum fault f)
 {
 	struct http *http = l->http;
-	double cap = http->backoff_base * (double)(1u << MIN(attempt - 1, 20));
+	guint k = MAX(req->attempt - req->unreachable, 1);
+	gint64 now = g_get_monotonic_time(), extra = 0;
+	gboolean elsewhere;
+	double cap;
 
+	pthread_mutex_lock(&http->lock);
+	elsewhere = req->pinned < 0 && another_healthy(http, a->ep);
+	if (f != FAULT_UNREACHABLE)
+		extra = budget_take(http, now);
+	pthread_mutex_unlock(&http->lock);
+	switch (f) {
+	case FAULT_UNREACHABLE:
+		if (elsewhere)
+			return 0;
+		cap = MIN(http->backoff_base *
+				  (double)(1u << MIN(req->attempt - 1, 20)),
+			  UNREACH_WAIT_MAX);
+		break;
+	case FAULT_NETWORK:
+		if (k == 1)
+			return extra;
+		cap = http->backoff_base / 10 * (double)(1u << MIN(k - 2, 20));
+		break;
+	default:
+		cap = http->backoff_base * (double)(1u << MIN(k - 1, 20));
+		break;
+	}
 	cap = MIN(cap, http->backoff_max);
-	return (gint64)(g_rand_double(l->rand) * cap * G_USEC_PER_SEC);
+	return (gint64)(g_rand_double(l->rand) * cap * G_USEC_PER_SEC) + extra;
 }
 
 static gint waiting_cmp(gconstpointer a, gconstpointer b, gpointer data)
@@ -1389,10 +1551,10 @@ static gint waiting_cmp(gconstpointer a, gconstpointer b, gpointer data)
 
 /* The retry stays on @a's loop, like every round of its request. */
 static void schedule_retry(struct loop *l, struct attempt *a,
-			   const GError *error)
+			   const GError *error, enum fault f)
 {
 	struct http_request *req = a->req;
-	gint64 wait = backoff_us(l, req->attempt);
+	gint64 wait = retry_wait_us(l, req, a, f);
 
 	if (log_enabled(LOG_LEVEL_DEBUG)) {
 		g_autofree char *prefix = chain_prefix(req, a->ep);
@@ -1442,11 +1604,34 @@ static void round_lost(struct loop *l, struct attempt *a,
 		verdict = req->failed_verdict;
 		error = g_steal_pointer(&req->failed_error);
 	}
-	if (verdict == HTTP_VERDICT_RETRY && req->idempotent &&
-	    req->attempt < req->max_attempts) {
-		schedule_retry(l, a, error);
-		g_error_free(error);
-		return;
+	if (verdict == HTTP_VERDICT_RETRY && req->idempotent) {
+		enum fault f = fault_of(a);
+		struct http *http = l->http;
+		gint64 age = g_get_monotonic_time() - req->start_us;
+
+		gboolean waited = f == FAULT_UNREACHABLE &&
+				  http->retry_deadline_us && req->unreachable;
+
+		/* Within retry_deadline, a round that reached no endpoint
+		 * is not one of max_attempts: the store may be back soon.
+		 * Past it, such a round ends a request that waited. */
+		if (f == FAULT_UNREACHABLE && http->retry_deadline_us &&
+		    age < http->retry_deadline_us) {
+			req->unreachable++;
+			waited = FALSE;
+		}
+		if (waited) {
+			g_prefix_error(
+				&error,
+				"no endpoint reachable for retry_deadline "
+				"(%.0f s): ",
+				http->retry_deadline_us / 1e6);
+		} else if (req->attempt - req->unreachable <
+			   req->max_attempts) {
+			schedule_retry(l, a, error, f);
+			g_error_free(error);
+			return;
+		}
 	}
 	response_init(&resp, a);
 	fail_request(l->http, req, a->ep, a, &resp, error);
@@ -1461,6 +1646,7 @@ static void attempt_done(struct loop *l, struct attempt *a, CURLcode rc)
 	gint64 now = g_get_monotonic_time();
 
 	attempt_unlink(l, a);
+	a->rc = rc;
 	if (rc == CURLE_OK)
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &a->status);
 	response_init(&resp, a);
@@ -1577,6 +1763,9 @@ static void start_ready(struct loop *l, gint64 now)
 			pthread_mutex_unlock(&http->lock);
 			break;
 		}
+		if (!req->attempt)
+			http->budget = MIN(http->budget + BUDGET_PER_REQUEST,
+					   BUDGET_MAX);
 		book(l, &b);
 		l->queued--;
 		pthread_mutex_unlock(&http->lock);
@@ -1840,6 +2029,9 @@ static void http_set_options(struct http *http, const struct http_options *o)
 	http->backoff_base = o->backoff_base > 0 ? o->backoff_base : 0.1;
 	http->backoff_max = o->backoff_max > 0 ? o->backoff_max : 20;
 	http->max_attempts = MAX(1, o->max_attempts);
+	http->retry_deadline_us =
+		(gint64)(MAX(0, o->retry_deadline) * G_USEC_PER_SEC);
+	http->budget = BUDGET_MAX;
 	http->max_connections = MAX(1, o->max_connections);
 	http->eject_after = o->eject_after ? o->eject_after : 5;
 	http->cooloff_us =

@@ -26,7 +26,7 @@
  *       judged here; a complete response is judged by judge();
  *       HTTP_VERDICT_DONE ends the request, HTTP_VERDICT_FAIL ends it with
  *       judge's error, HTTP_VERDICT_RETRY schedules another attempt after
- *       an exponential backoff with full jitter.
+ *       a wait by the kind of fault (see "Retries").
  *   done(request, response, error) is called exactly once.
  *
  * Endpoints.  Each endpoint keeps an EWMA of the latency of its recent
@@ -39,8 +39,35 @@
  * request pinned to an endpoint (http_request_pin_endpoint()) always goes
  * there, and is never hedged.
  *
+ * Retries.  The wait before a retry is full jitter, uniform in [0, cap],
+ * the cap doubling with each failed attempt of the request, up to
+ * backoff_max:
+ *   - 503 (SlowDown) and 429, which ask for less, and other 5xx: cap
+ *     backoff_base first;
+ *   - a transfer broken on the way (reset, truncated or short body, no
+ *     answer, a stall, a Content-Range that does not match): the first
+ *     retry at once on a new connection, then a cap of backoff_base / 10
+ *     (a new connection is the remedy, not time);
+ *   - no connection at all (refused, connect timeout, no DNS answer): at
+ *     once on another healthy endpoint, else a cap of at most 1 s.  While
+ *     a request is younger than retry_deadline, these attempts are not
+ *     counted in max_attempts, so a store down for less than that is
+ *     waited for; past it, the next such failure ends the request with
+ *     "no endpoint reachable for retry_deadline (N s)".
+ * Every retry but those that reached no endpoint takes a token of the
+ * retry budget, a token bucket as in the AWS SDKs: 100 tokens, half a
+ * token earned by each request's first attempt and 10 a second.  A retry
+ * with no token left is not dropped (a read would fail for it) but waits
+ * for the tokens it lacks (at most 10 s), so a storm of faults sends the
+ * store about half a retry per request plus 10 a second, not max_attempts
+ * times its load.  The policy and what each fault costs are in
+ * docs/RELIABILITY.md ("Retry policy").
+ *
  * Health.  eject_after consecutive failures of an endpoint (connect
- * refused or timed out, reset, timeout, or HTTP 5xx) eject it: no new
+ * refused or timed out, reset, timeout, or HTTP 5xx) eject it, when fewer
+ * than half of its last 32 judged attempts succeeded (a quarter, when no
+ * other endpoint is healthy: an endpoint that answers 70% is the one to
+ * keep, not to eject after a streak of bad luck): no new
  * attempt goes there while another endpoint is healthy, and one warning
  * names the endpoint and the cause chain of the failure that ejected it.
  * After eject_cooloff seconds the first request to come along is sent
@@ -106,6 +133,12 @@ struct http_options {
 	double stall_timeout;	/* seconds without a byte moving */
 	double request_timeout; /* seconds per attempt, 0 = none */
 	guint max_attempts;	/* >= 1 */
+	/* Seconds after its start that a request keeps retrying attempts
+	 * that reached no endpoint (connection refused, connect timeout, no
+	 * DNS answer), at most a second apart, without counting them in
+	 * max_attempts: a store down for a while is waited for.  0 = none:
+	 * every attempt counts. */
+	double retry_deadline;
 	guint max_connections;	/* >= 1: transfers and sockets at once */
 	double backoff_base;	/* seconds, first retry's cap (0 = 0.1) */
 	double backoff_max;	/* seconds, cap of any one wait (0 = 20) */

@@ -36,6 +36,7 @@ struct s3 {
 	 */
 	struct credentials *creds; /* protected by creds_lock */
 	GPtrArray *retired_creds;  /* protected by creds_lock */
+	gint range_quirk_logged;   /* atomic: a server ignored a Range */
 };
 
 enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PUT, CALL_DELETE };
@@ -54,6 +55,7 @@ struct call {
 	guint64 offset;
 	guint64 length;
 	gboolean ranged;
+	guint range_ignored; /* 200s to the Range that could not serve it */
 	char *if_match;
 	char *payload_sha256; /* CALL_PUT: of the body, hex */
 	struct s3_object_meta meta;
@@ -524,6 +526,56 @@ static enum http_verdict bad_response(GError **error, const char *fmt, ...)
 	return HTTP_VERDICT_RETRY;
 }
 
+/*
+ * A 200 to a ranged GET: the server ignored the Range (RFC 9110 allows
+ * it) and sent the whole object, whose length the caller's check of
+ * Content-Length has confirmed.  It holds any range of the object: the
+ * bytes wanted are cut out of it, and the quirk is logged once.  A body
+ * that does not reach the range (an object shorter than the index says)
+ * is tried once more, elsewhere if there is another endpoint; then it
+ * fails: no retry can change it.
+ */
+static enum http_verdict judge_range_ignored(struct call *call,
+					     const struct http_response *resp,
+					     GError **error)
+{
+	guint64 len = resp->body->len;
+	guint64 end =
+		call->length ? MIN(call->offset + call->length, len) : len;
+
+	if (call->offset >= len) {
+		g_set_error(error, BFS_ERROR, EIO,
+			    "HTTP 200 to GET with Range bytes=%" PRIu64
+			    "-%s: the server ignored the Range and its "
+			    "whole object of %" PRIu64
+			    " bytes does not reach the range",
+			    call->offset, call->length ? "…" : "", len);
+		return call->range_ignored++ ? HTTP_VERDICT_FAIL
+					     : HTTP_VERDICT_RETRY;
+	}
+	if (g_atomic_int_compare_and_exchange(&call->s3->range_quirk_logged, 0,
+					      1)) {
+		g_autofree char *k = log_escape(call->key ? call->key : "", -1);
+		g_autofree char *last =
+			call->length ? g_strdup_printf("%" PRIu64,
+						       call->offset +
+							       call->length - 1)
+				     : g_strdup("");
+
+		log_msg(LOG_LEVEL_NOTICE,
+			"%s ignores Range: HTTP 200 with the whole object "
+			"(%" PRIu64
+			" bytes) to GET s3://%s/%s with Range bytes=%" PRIu64
+			"-%s; the bytes wanted are taken from it (logged once)",
+			resp->endpoint->url, len, call->s3->bucket, k,
+			call->offset, last);
+	}
+	g_byte_array_set_size(resp->body, end);
+	g_byte_array_remove_range(resp->body, 0, (guint)call->offset);
+	call->meta.size = len;
+	return HTTP_VERDICT_DONE;
+}
+
 /* A 2xx GET must carry exactly the bytes asked for. */
 static enum http_verdict judge_get_body(struct call *call,
 					const struct http_response *resp,
@@ -547,11 +599,12 @@ static enum http_verdict judge_get_body(struct call *call,
 		call->meta.size = len;
 		return HTTP_VERDICT_DONE;
 	}
+	if (resp->status == 200)
+		return judge_range_ignored(call, resp, error);
 	if (resp->status != 206)
 		return bad_response(error,
 				    "HTTP %ld to GET with Range "
-				    "bytes=%" PRIu64 "-%s (expected 206: "
-				    "the server ignored the Range)",
+				    "bytes=%" PRIu64 "-%s (expected 206)",
 				    resp->status, call->offset,
 				    call->length ? "…" : "");
 	if (!parse_content_range(cr, &first, &last, &total))
@@ -1070,6 +1123,7 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 	o.stall_timeout = cfg->stall_timeout;
 	o.request_timeout = cfg->request_timeout;
 	o.max_attempts = cfg->max_attempts;
+	o.retry_deadline = cfg->retry_deadline;
 	o.max_connections = cfg->max_connections
 				    ? cfg->max_connections
 				    : CONFIG_DEFAULT_MAX_CONNECTIONS;

@@ -739,8 +739,10 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 			    "(see --help)");
 		return FALSE;
 	}
-	/* A doctor should answer quickly: fewer attempts unless asked. */
+	/* A doctor should answer quickly: fewer attempts unless asked, and
+	 * a store that cannot be reached is reported, not waited for. */
 	d->cfg.max_attempts = DOCTOR_ATTEMPTS;
+	d->cfg.retry_deadline = 0;
 	if (!config_parse_url(&d->cfg, argv[1], error))
 		return FALSE;
 	for (i = 0; opts && opts[i]; i++)

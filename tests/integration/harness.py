@@ -155,15 +155,25 @@ class S3rver:
         if not exe:
             raise unittest.SkipTest("s3rver is not installed")
         self.dir = tempfile.mkdtemp(prefix="bfs-s3rver-")
+        self.argv = [exe, "-d", self.dir, "-a", "127.0.0.1", "-p", "0",
+                     "--configure-bucket", bucket]
+        self._spawn()
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self):
         env = dict(os.environ, NODE_OPTIONS="--openssl-legacy-provider")
         self.proc = subprocess.Popen(
-            [exe, "-d", self.dir, "-a", "127.0.0.1", "-p", "0",
-             "--configure-bucket", bucket],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            env=env)
+            self.argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            text=True, env=env)
         m = _wait_line(self.proc, r"listening on [\d.]+:(\d+)", "s3rver")
         self.port = int(m.group(1))
-        self.url = f"http://127.0.0.1:{self.port}"
+
+    def restart(self):
+        """Starts it again, on the same port and data, once it exited."""
+        if self.proc.stdout:
+            self.proc.stdout.close()
+        self.argv[self.argv.index("-p") + 1] = str(self.port)
+        self._spawn()
 
     def stop(self):
         stop_process(self.proc)
@@ -516,10 +526,11 @@ class Mount:
     """bucketfs -f in the background; unmounted with fusermount3 -u.
     @index None: no index= option (the cache directory's default).  With
     @may_fail, a daemon that exits before mounting leaves its status in
-    .failed (None once mounted) instead of raising."""
+    .failed (None once mounted) instead of raising.  @debug: -d instead
+    of -f (every retry logged, and FUSE's own trace)."""
 
     def __init__(self, url, endpoint, index, *opts, log, env=None,
-                 may_fail=False):
+                 may_fail=False, debug=False):
         self.dir = tempfile.mkdtemp(prefix="bfs-mnt-")
         o = [f"endpoint={endpoint}", *opts]
         if index is not None:
@@ -528,7 +539,7 @@ class Mount:
         self.log = log
         self.logf = open(self.log, "wb")
         self.proc = subprocess.Popen(
-            [binary("bucketfs"), "-f", "-o", ",".join(o), url,
+            [binary("bucketfs"), "-d" if debug else "-f", "-o", ",".join(o), url,
              self.dir], stdout=self.logf, stderr=subprocess.STDOUT,
             env=env or client_env())
         deadline = time.monotonic() + 60

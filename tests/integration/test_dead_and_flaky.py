@@ -2,9 +2,9 @@
 """Health when every endpoint looks bad (docs/RELIABILITY.md, issue 14):
 a real mount with two endpoints, one that refuses every connection and one
 (the test S3 server) that cuts 30% of its answers with an RST.  The flaky
-endpoint is ejected again and again after 5 cuts in a row, so both are
-often ejected at once; the reads must still reach the endpoint that
-answers.  Every file is read whole with two event threads, every byte is
+endpoint was ejected again and again after 5 cuts in a row, so both were
+often ejected at once; it is now kept, as it answers most attempts (issue
+24), and the reads must reach the endpoint that answers.  Every file is read whole with two event threads, every byte is
 compared, and the dead endpoint gets only the attempts that ejected it and
 one probe per cool-off.
 
@@ -123,7 +123,10 @@ class DeadAndFlakyTest(harness.MountCase):
         self.assertLess(secs, BOUND)
         # Every planned cut happened: the flaky endpoint really was.
         self.assertEqual(hits, sum(r["count"] for r in rules))
-        self.assertGreaterEqual(eps[self.server.url]["ejections"], 1)
+        # It answers 70% and it is the only one that answers: a streak of
+        # cuts does not eject it again and again (issue 24; it was ejected
+        # after every 5 cuts in a row before, dozens of times here).
+        self.assertLessEqual(eps[self.server.url]["ejections"], 2)
         # The dead one: the attempts in flight until it was ejected (one
         # per reader at most, prefetch aside), then one probe per
         # cool-off.  Spreading retries over it, as "least recently

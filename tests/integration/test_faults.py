@@ -260,7 +260,7 @@ class EndpointTest(FaultTestBase):
 
     def test_connection_refused(self):
         port = harness.free_port()
-        m = self.mount("syn", "max_attempts=3",
+        m = self.mount("syn", "max_attempts=3", "retry_deadline=0",
                        endpoint=f"http://127.0.0.1:{port}")
         key = fresh_key()
         line = self.assert_fails(
@@ -274,8 +274,8 @@ class EndpointTest(FaultTestBase):
     def test_blackholed_connect_times_out(self):
         hole = Blackhole()
         try:
-            m = self.mount("syn", "max_attempts=2", "connect_timeout=1",
-                           endpoint=f"http://127.0.0.1:{hole.port}")
+            m = self.mount("syn", "max_attempts=2", "retry_deadline=0",
+                           "connect_timeout=1", endpoint=f"http://127.0.0.1:{hole.port}")
             key = fresh_key()
             line = self.assert_fails(
                 m, key, errno.ETIMEDOUT,
@@ -287,7 +287,7 @@ class EndpointTest(FaultTestBase):
             hole.close()
 
     def test_dns_failure(self):
-        m = self.mount("syn", "max_attempts=2",
+        m = self.mount("syn", "max_attempts=2", "retry_deadline=0",
                        endpoint="http://nonexistent.invalid:9000")
         key = fresh_key()
         line = self.assert_fails(

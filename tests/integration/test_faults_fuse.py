@@ -373,7 +373,7 @@ class FuseFaults(harness.MountCase):
 
     def test_every_endpoint_refused(self):
         dead = f"http://127.0.0.1:{harness.free_port()}"
-        m = self.mount(endpoint=dead)
+        m = self.mount("retry_deadline=0", endpoint=dead)
         self.check_dead(m, r"curl 7 \(Couldn't connect to server\).*"
                         r"Connection refused")
         r = subprocess.run(["fusermount3", "-u", m.dir], timeout=BOUND)

@@ -44,7 +44,7 @@ KILL = 200000           # keys of the SIGKILL bucket
 # A failed build must end well within this (it is "doesn't hang", not a
 # performance bound): max_attempts=3 with backoff and 2 s connects.
 BOUND = 90
-FAST = "max_attempts=3,connect_timeout=2,stall_timeout=5"
+FAST = "max_attempts=3,retry_deadline=0,connect_timeout=2,stall_timeout=5"
 
 
 # -- XXH64, to reseal a header we changed (the index's checksum) ----------

@@ -925,7 +925,7 @@ class Authenticator:
 # Faults
 
 FAULT_KINDS = frozenset(("status", "delay", "stall", "reset", "truncate", "bad_length",
-                         "bad_range", "drop", "malformed_xml", "empty_truncated",
+                         "bad_range", "ignore_range", "drop", "malformed_xml", "empty_truncated",
                          "repeat_token"))
 LIST_ONLY_KINDS = frozenset(("malformed_xml", "empty_truncated", "repeat_token"))
 FAULT_FIELDS = {
@@ -993,7 +993,7 @@ class FaultRule:
             return False
         if self.kind in LIST_ONLY_KINDS and op != "LIST":
             return False
-        if self.kind == "bad_range" and not (op == "GET" and ranged):
+        if self.kind in ("bad_range", "ignore_range") and not (op == "GET" and ranged):
             return False
         if self.bucket is not None and self.bucket != bucket:
             return False
@@ -1467,6 +1467,8 @@ class S3App:
                 headers.append((header, req.query[param].decode("latin-1")))
         size = obj.size
         rng = parse_range(req.headers.get("range"), size)
+        if fault is not None and fault.kind == "ignore_range":
+            rng = None  # RFC 9110 allows it: 200 with the whole object
         status = 200
         start, end = 0, size
         if rng is not None:
