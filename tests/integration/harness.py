@@ -53,7 +53,9 @@ def client_env(**extra):
                 "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                 "AWS_CONFIG_FILE": "/nonexistent",
                 # The machine's /etc/bucketfs/bucketfs.conf stays out.
-                "BUCKETFS_CONFIG": "none"})
+                "BUCKETFS_CONFIG": "none",
+                # Nor may a test reach a real instance metadata service.
+                "AWS_EC2_METADATA_DISABLED": "true"})
     env.update(extra)
     return env
 
