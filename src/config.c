@@ -1696,8 +1696,8 @@ static void describe_credentials(GString *s, const struct config *cfg)
 	}
 	p = log_escape(env ? env : "default", -1);
 	g_string_append_printf(s,
-			       "%-17s AWS_ACCESS_KEY_ID if set, else profile "
-			       "'%s'%s\n",
+			       "%-17s the AWS chain: environment, web "
+			       "identity, profile '%s'%s, container, IMDS\n",
 			       "credentials:", p, env ? " (AWS_PROFILE)" : "");
 }
 

@@ -13,15 +13,15 @@
 #include "log.h"
 #include "sigv4.h"
 
-#define STS_VERSION "2011-06-15"
-#define STS_TIMEOUT_MS 10000
+#define STS_VERSION	     "2011-06-15"
+#define STS_TIMEOUT_MS	     10000
 #define CONTAINER_TIMEOUT_MS 5000
 /* A host without IMDS must not wait: the SDKs use 1 s too. */
 #define IMDS_TIMEOUT_MS 1000
-#define IMDS_TOKEN_TTL "21600"
-#define IMDS_DEFAULT "http://169.254.169.254"
+#define IMDS_TOKEN_TTL	"21600"
+#define IMDS_DEFAULT	"http://169.254.169.254"
 #define IMDS_DEFAULT_V6 "http://[fd00:ec2::254]"
-#define CONTAINER_HOST "http://169.254.170.2"
+#define CONTAINER_HOST	"http://169.254.170.2"
 /* Token files and process output are small; this is plenty. */
 #define SMALL_FILE_MAX (64 * 1024)
 /* A role chain longer than this is a loop. */
@@ -30,7 +30,7 @@
 #define NO_CREDENTIALS_HELP                                                    \
 	"set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY; or "                 \
 	"AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN; or a profile "          \
-	"(-o profile=NAME or AWS_PROFILE, else 'default') with static keys, " \
+	"(-o profile=NAME or AWS_PROFILE, else 'default') with static keys, "  \
 	"role_arn or credential_process in %s or %s; or run where a "          \
 	"container credentials endpoint or EC2 instance metadata answers; "    \
 	"or use -o anonymous for a public bucket"
@@ -54,7 +54,8 @@ static const char *env_get(const char *name)
 	return v && *v ? v : NULL;
 }
 
-static void trace_add(struct chain *c, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
+static void trace_add(struct chain *c, const char *fmt, ...)
+	G_GNUC_PRINTF(2, 3);
 
 static void trace_add(struct chain *c, const char *fmt, ...)
 {
@@ -128,10 +129,8 @@ static char *read_secret_file(const char *path, const char *what,
 	explicit_bzero(buf, sizeof(buf));
 	g_strstrip(s->str);
 	if (!*s->str || strpbrk(s->str, "\r\n")) {
-		g_set_error(error, BFS_ERROR, EINVAL,
-			    "%s %s: %s", what, path,
-			    *s->str ? "holds more than one line"
-				    : "is empty");
+		g_set_error(error, BFS_ERROR, EINVAL, "%s %s: %s", what, path,
+			    *s->str ? "holds more than one line" : "is empty");
 		credentials_secret_free(g_string_free(s, FALSE));
 		return NULL;
 	}
@@ -325,13 +324,14 @@ static char *default_session_name(void)
 }
 
 /* AssumeRoleWithWebIdentity with the token in @token_file, read now. */
-static struct credentials *
-web_identity(const struct chain *c, const char *role_arn,
-	     const char *token_file, const char *session_name,
-	     const char *duration, GError **error)
+static struct credentials *web_identity(const struct chain *c,
+					const char *role_arn,
+					const char *token_file,
+					const char *session_name,
+					const char *duration, GError **error)
 {
-	g_autofree char *name = session_name ? g_strdup(session_name)
-					      : default_session_name();
+	g_autofree char *name =
+		session_name ? g_strdup(session_name) : default_session_name();
 	struct credentials *creds;
 	char *token;
 
@@ -362,9 +362,8 @@ web_identity(const struct chain *c, const char *role_arn,
 	return creds;
 }
 
-static enum outcome provider_web_identity(struct chain *c,
-					  struct credentials **out,
-					  GError **error)
+static enum outcome
+provider_web_identity(struct chain *c, struct credentials **out, GError **error)
 {
 	const char *file = env_get("AWS_WEB_IDENTITY_TOKEN_FILE");
 	const char *role = env_get("AWS_ROLE_ARN");
@@ -383,8 +382,9 @@ static enum outcome provider_web_identity(struct chain *c,
 	*out = web_identity(c, role, file, env_get("AWS_ROLE_SESSION_NAME"),
 			    NULL, error);
 	if (!*out) {
-		g_prefix_error(error, "web identity (AWS_WEB_IDENTITY_TOKEN_"
-				      "FILE %s): ",
+		g_prefix_error(error,
+			       "web identity (AWS_WEB_IDENTITY_TOKEN_"
+			       "FILE %s): ",
 			       file);
 		return FAILED;
 	}
@@ -412,8 +412,7 @@ static gboolean container_host_allowed(GUri *uri)
 		return TRUE;
 	if (inet_pton(AF_INET, host, &a4) == 1)
 		return (ntohl(a4.s_addr) >> 24) == 127;
-	return inet_pton(AF_INET6, host, &a6) == 1 &&
-	       IN6_IS_ADDR_LOOPBACK(&a6);
+	return inet_pton(AF_INET6, host, &a6) == 1 && IN6_IS_ADDR_LOOPBACK(&a6);
 }
 
 static char *container_url(GError **error)
@@ -538,8 +537,9 @@ static enum outcome provider_container(struct chain *c,
 {
 	if (!env_get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") &&
 	    !env_get("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
-		trace_add(c, "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI "
-			     "and _FULL_URI not set");
+		trace_add(c,
+			  "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI "
+			  "and _FULL_URI not set");
 		return NOT_CONFIGURED;
 	}
 	*out = container_fetch(c, error);
@@ -583,8 +583,8 @@ static gboolean imds_exchange(const char *method, const char *url,
 	if (token)
 		h = g_strdup_printf("X-aws-ec2-metadata-token: %s", token);
 	else
-		h = g_strdup("X-aws-ec2-metadata-token-ttl-seconds: "
-			     IMDS_TOKEN_TTL);
+		h = g_strdup("X-aws-ec2-metadata-token-ttl-seconds:"
+			     " " IMDS_TOKEN_TTL);
 	headers[0] = h;
 	ok = cred_http_exchange(&req, status, body, error);
 	explicit_bzero(h, strlen(h));
@@ -667,8 +667,7 @@ static char *imds_role(const char *base, const char *token, GError **error)
 	return role;
 }
 
-static struct credentials *imds_credentials(const char *base,
-					    const char *token,
+static struct credentials *imds_credentials(const char *base, const char *token,
 					    const char *role, GError **error)
 {
 	g_autofree char *path = g_strdup_printf("%s%s", IMDS_ROLE_PATH, role);
@@ -688,8 +687,8 @@ static struct credentials *imds_credentials(const char *base,
 	}
 	creds->provider = g_strdup("imds");
 	creds->role = g_strdup(role);
-	creds->source = g_strdup_printf("EC2 instance metadata (IMDSv2) at %s",
-					base);
+	creds->source =
+		g_strdup_printf("EC2 instance metadata (IMDSv2) at %s", base);
 	return creds;
 }
 
@@ -834,10 +833,11 @@ static struct credentials *run_process(const char *profile, const char *cmd,
 			    line ? ": " : "", line ? line : "");
 		goto out;
 	}
-	creds = cred_parse_json(out, strlen(out), CRED_JSON_PROCESS,
-				"output", error);
+	creds = cred_parse_json(out, strlen(out), CRED_JSON_PROCESS, "output",
+				error);
 	if (!creds) {
-		g_prefix_error(error, "credential_process '%s' of profile '%s': ",
+		g_prefix_error(error,
+			       "credential_process '%s' of profile '%s': ",
 			       prog, profile);
 		goto out;
 	}
@@ -1038,7 +1038,8 @@ out:
 static enum outcome provider_profile(struct chain *c, struct credentials **out,
 				     GError **error)
 {
-	const char *name = c->o->profile ? c->o->profile : env_get("AWS_PROFILE");
+	const char *name =
+		c->o->profile ? c->o->profile : env_get("AWS_PROFILE");
 	gboolean named = name != NULL;
 	g_autoptr(GError) err = NULL;
 
@@ -1056,9 +1057,8 @@ static enum outcome provider_profile(struct chain *c, struct credentials **out,
 	return FAILED;
 }
 
-static enum outcome provider_environment(struct chain *c,
-					 struct credentials **out,
-					 GError **error)
+static enum outcome
+provider_environment(struct chain *c, struct credentials **out, GError **error)
 {
 	if (!credentials_from_environment(out, error))
 		return FAILED;

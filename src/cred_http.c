@@ -23,9 +23,9 @@ static size_t on_body(char *data, size_t size, size_t n, void *user)
 	}
 	/* Grow by hand: a realloc would leave keys in freed memory. */
 	if (sink->body->len + len + 1 > sink->body->allocated_len) {
-		GString *bigger = g_string_sized_new(
-			MAX(sink->body->allocated_len * 2,
-			    sink->body->len + len + 1));
+		GString *bigger =
+			g_string_sized_new(MAX(sink->body->allocated_len * 2,
+					       sink->body->len + len + 1));
 
 		g_string_append_len(bigger, sink->body->str, sink->body->len);
 		cred_http_body_free(sink->body);
@@ -116,8 +116,9 @@ gboolean cred_http_exchange(const struct cred_http_request *req, long *status,
 	curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
 	curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, (long)req->timeout_ms);
 	curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS,
-			 (long)(req->connect_timeout_ms ? req->connect_timeout_ms
-							: req->timeout_ms));
+			 (long)(req->connect_timeout_ms
+					? req->connect_timeout_ms
+					: req->timeout_ms));
 	/* The metadata services are link-local: no proxy may stand between. */
 	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
@@ -131,8 +132,7 @@ gboolean cred_http_exchange(const struct cred_http_request *req, long *status,
 	} else if (!strcmp(req->method, "PUT") ||
 		   !strcmp(req->method, "POST")) {
 		curl_easy_setopt(h, CURLOPT_POSTFIELDS, "");
-		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
-				 (curl_off_t)0);
+		curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)0);
 	}
 	rc = curl_easy_perform(h);
 	curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
@@ -144,8 +144,7 @@ gboolean cred_http_exchange(const struct cred_http_request *req, long *status,
 		g_set_error(error, BFS_ERROR, EFBIG,
 			    "%s %s: HTTP %ld with a body over %d bytes, not a "
 			    "credentials answer",
-			    req->method, req->url, *status,
-			    CRED_HTTP_BODY_MAX);
+			    req->method, req->url, *status, CRED_HTTP_BODY_MAX);
 		return FALSE;
 	}
 	if (rc != CURLE_OK) {

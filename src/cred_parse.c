@@ -141,8 +141,7 @@ struct credentials *cred_parse_json(const char *json, gsize len,
 		parse_fail(error, what, "not a JSON object");
 		return NULL;
 	}
-	return creds_from_object(json_node_get_object(root), kind, what,
-				 error);
+	return creds_from_object(json_node_get_object(root), kind, what, error);
 }
 
 /* -- STS XML ------------------------------------------------------------ */
@@ -223,8 +222,7 @@ struct credentials *cred_parse_sts(const char *xml, gsize len,
 				   const char *action, GError **error)
 {
 	g_autofree char *result_name = g_strdup_printf("%sResult", action);
-	g_autofree char *response_name =
-		g_strdup_printf("%sResponse", action);
+	g_autofree char *response_name = g_strdup_printf("%sResponse", action);
 	struct credentials *creds = NULL;
 	xmlDocPtr doc = read_doc(xml, len);
 	xmlNodePtr root = doc ? xmlDocGetRootElement(doc) : NULL;

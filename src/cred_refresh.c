@@ -9,8 +9,8 @@
 /* Refresh this long before the expiry... */
 #define AHEAD_SECONDS 300
 /* ...or at half the lifetime of credentials shorter than twice that. */
-#define RETRY_MIN_US (1 * G_USEC_PER_SEC)
-#define RETRY_MAX_US (60 * G_USEC_PER_SEC)
+#define RETRY_MIN_US	 (1 * G_USEC_PER_SEC)
+#define RETRY_MAX_US	 (60 * G_USEC_PER_SEC)
 #define RETRY_EXPIRED_US (5 * G_USEC_PER_SEC)
 
 struct cred_refresh {
@@ -69,10 +69,9 @@ static char *describe(const struct credentials *c)
 		g_string_append_printf(s, ", role %s", c->role);
 	g_string_append(s, ")");
 	if (c->expiration)
-		g_string_append_printf(s,
-				       "; they expire in %" G_GINT64_FORMAT
-				       " s",
-				       c->expiration - now_unix());
+		g_string_append_printf(
+			s, "; they expire in %" G_GINT64_FORMAT " s",
+			c->expiration - now_unix());
 	return g_string_free(g_steal_pointer(&s), FALSE);
 }
 
@@ -187,8 +186,8 @@ struct cred_refresh *cred_refresh_new(const struct cred_chain_options *o,
 	g_mutex_init(&r->fetch_lock);
 	g_mutex_init(&r->lock);
 	g_cond_init(&r->cond);
-	r->retired =
-		g_ptr_array_new_with_free_func((GDestroyNotify)credentials_free);
+	r->retired = g_ptr_array_new_with_free_func(
+		(GDestroyNotify)credentials_free);
 	r->current = cred_chain_resolve(&r->o, NULL, error);
 	if (!r->current) {
 		cred_refresh_free(r);

@@ -97,8 +97,7 @@ struct credentials *credentials_load(const char *profile, gboolean anonymous,
  * AWS_ACCESS_KEY_ID nor AWS_SECRET_ACCESS_KEY is set, TRUE with new
  * credentials, or FALSE with @error as credentials_load() (EINVAL).
  */
-gboolean credentials_from_environment(struct credentials **out,
-				      GError **error);
+gboolean credentials_from_environment(struct credentials **out, GError **error);
 
 /*
  * Loads the credentials again, as credentials_load(@profile, @anonymous)
