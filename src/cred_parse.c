@@ -131,9 +131,11 @@ struct credentials *cred_parse_json(const char *json, gsize len,
 	JsonNode *root;
 
 	if (!json_parser_load_from_data(parser, json, (gssize)len, &jerr)) {
-		/* json-glib's message quotes no value, only a position. */
-		g_set_error(error, BFS_ERROR, EPROTO, "%s: not JSON (%s)", what,
-			    jerr->message);
+		/* json-glib's message may quote the text: only where. */
+		g_set_error(error, BFS_ERROR, EPROTO,
+			    "%s: not JSON (parse error at line %u, column %u)",
+			    what, json_parser_get_current_line(parser),
+			    json_parser_get_current_pos(parser));
 		return NULL;
 	}
 	root = json_parser_get_root(parser);

@@ -547,8 +547,7 @@ static void credentials_missing(const char *name, gboolean named,
 	} else {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "profile '%s' in %s: aws_access_key_id is missing "
-			    "(and there is no role_arn, credential_process "
-			    "or web_identity_token_file)",
+			    "(static keys are needed here)",
 			    name, where);
 	}
 }
@@ -620,48 +619,6 @@ gboolean credentials_equal(const struct credentials *a,
 	return g_strcmp0(a->access_key_id, b->access_key_id) == 0 &&
 	       g_strcmp0(a->secret_access_key, b->secret_access_key) == 0 &&
 	       g_strcmp0(a->session_token, b->session_token) == 0;
-}
-
-struct credentials *credentials_reload(const struct credentials *current,
-				       const char *profile, gboolean anonymous,
-				       GError **error)
-{
-	struct credentials *fresh;
-
-	g_return_val_if_fail(current != NULL, NULL);
-	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
-
-	if (anonymous || current->anonymous) {
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "anonymous access was refused as expired; there "
-			    "are no credentials to renew");
-		return NULL;
-	}
-	fresh = credentials_load(profile, FALSE, error);
-	if (!fresh) {
-		g_prefix_error(error, "reading the credentials again: ");
-		return NULL;
-	}
-	if (!credentials_equal(fresh, current))
-		return fresh;
-	if (g_str_has_prefix(fresh->source, "environment"))
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "the credentials from the %s expired, and a "
-			    "running bucketfs cannot see a changed "
-			    "environment: put renewable credentials in a "
-			    "profile of the shared credentials file, or "
-			    "remount with new ones",
-			    fresh->source);
-	else
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "the credentials from %s expired and it still "
-			    "holds the same ones: renew them there (new "
-			    "aws_access_key_id, aws_secret_access_key and "
-			    "aws_session_token); bucketfs reads it again at "
-			    "the next ExpiredToken",
-			    fresh->source);
-	credentials_free(fresh);
-	return NULL;
 }
 
 char *credentials_profile_region(const char *profile, GError **error)

@@ -99,32 +99,6 @@ struct credentials *credentials_load(const char *profile, gboolean anonymous,
  */
 gboolean credentials_from_environment(struct credentials **out, GError **error);
 
-/*
- * Loads the credentials again, as credentials_load(@profile, @anonymous)
- * would now, because the server refused @current (borrowed) as expired
- * (S3's ExpiredToken): temporary credentials are renewed by rewriting the
- * credentials file (aws sso login, aws configure export-credentials, a
- * refreshing sidecar), which is read again here.
- *
- * Returns newly allocated credentials when they differ from @current (in
- * the key id, the secret or the session token), else NULL with @error set
- * (domain BFS_ERROR):
- *
- *  - EACCES: the source still holds the same credentials, the expired
- *    ones: the message names the source and how to renew them (for the
- *    environment: a running bucketfs cannot see a changed environment);
- *    anonymous access has nothing to renew;
- *  - the errors of credentials_load(), when the source no longer loads.
- *
- * Reads at most two small files; no secret appears in an error.  Any
- * thread (the environment as for credentials_load()); callers should
- * limit how often they call it, e.g. once per ExpiredToken answer to
- * credentials not yet replaced.
- */
-struct credentials *credentials_reload(const struct credentials *current,
-				       const char *profile, gboolean anonymous,
-				       GError **error);
-
 /* TRUE when @a and @b hold the same keys and token (or are both anonymous). */
 gboolean credentials_equal(const struct credentials *a,
 			   const struct credentials *b);
