@@ -17,7 +17,8 @@ of --session-key, and the token carries its expiry.  The test S3 server,
 given the same --session-key, derives the secret from the access key id,
 checks the token's HMAC and answers 400 ExpiredToken once it has expired.
 
-Control (JSON): GET /_fake/requests (what was asked, in order: "imds-token",
+Control (JSON): GET /_fake/secrets (every secret key, session token and
+IMDS token it handed out, for test_secrets), GET /_fake/requests (what was asked, in order: "imds-token",
 "imds-role", "imds-creds", "imds-region", "container", "sts:<Action>"),
 POST /_fake/requests/reset, POST /_fake/config with any of web_token,
 container_token, imds_role (null: no role attached), sts_error ([status,
@@ -83,16 +84,19 @@ class State:
         self.imds_tokens = set()
         self.requests = []
         self.issued = 0
+        self.secrets = []       # all it handed out, for test_secrets
 
     def issue(self):
         ak = "ASIA" + secrets.token_hex(8).upper()
         expires = int(time.time()) + self.lifetime
+        c = {"AccessKeyId": ak,
+             "SecretAccessKey": session_secret(self.key, ak),
+             "Token": session_token(self.key, ak, expires),
+             "Expiration": iso(expires)}
         with self.lock:
             self.issued += 1
-        return {"AccessKeyId": ak,
-                "SecretAccessKey": session_secret(self.key, ak),
-                "Token": session_token(self.key, ak, expires),
-                "Expiration": iso(expires)}
+            self.secrets += [c["SecretAccessKey"], c["Token"]]
+        return c
 
 
 def sigv4_verify(state, method, path, headers, body, region):
@@ -179,6 +183,7 @@ class Handler(BaseHTTPRequestHandler):
             tok = "imdstok-" + secrets.token_hex(12)
             with self.state.lock:
                 self.state.imds_tokens.add(tok)
+                self.state.secrets.append(tok)
             return self.reply(200, tok.encode(), "text/plain")
         self.reply(404)
 
@@ -187,6 +192,10 @@ class Handler(BaseHTTPRequestHandler):
         if self.path == "/_fake/requests":
             with st.lock:
                 out = {"requests": list(st.requests), "issued": st.issued}
+            return self.reply(200, json.dumps(out).encode())
+        if self.path == "/_fake/secrets":
+            with st.lock:
+                out = list(st.secrets)
             return self.reply(200, json.dumps(out).encode())
         if self.path.startswith("/latest/"):
             return self.imds()

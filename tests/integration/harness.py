@@ -694,6 +694,10 @@ class CredFakes:
     def issued(self):
         return self._call("GET", "requests")["issued"]
 
+    def secrets(self):
+        """Every secret key, session token and IMDS token handed out."""
+        return self._call("GET", "secrets")
+
     def reset(self):
         self._call("POST", "requests/reset", {})
 
