@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cred_chain.h"
 #include "credentials.h"
 #include "error.h"
 #include "index.h"
@@ -1387,6 +1388,29 @@ static gboolean conf_apply(struct config *cfg, GError **error)
 
 /* --- config_finish ----------------------------------------------------- */
 
+/*
+ * No region given: the instance's, as the AWS SDKs take it, else the
+ * default.  A host without IMDS costs at most its 1 s timeouts.
+ */
+static gboolean region_from_imds(struct config *cfg)
+{
+	g_autoptr(GError) ierr = NULL;
+	g_autofree char *region = cred_chain_imds_region(&ierr);
+
+	if (region && region_valid(region)) {
+		cfg->region = g_steal_pointer(&region);
+		cfg->region_source = g_strdup("EC2 instance metadata (IMDS)");
+		return TRUE;
+	}
+	cfg->region = g_strdup(DEFAULT_REGION);
+	if (!ierr || ierr->code == ENOENT)
+		cfg->region_source = g_strdup("default");
+	else
+		cfg->region_source = g_strdup_printf(
+			"default; no region from %s", ierr->message);
+	return TRUE;
+}
+
 static gboolean finish_region(struct config *cfg, GError **error)
 {
 	static const char *const vars[] = { "AWS_REGION",
@@ -1419,11 +1443,8 @@ static gboolean finish_region(struct config *cfg, GError **error)
 		g_prefix_error(error, "the region of the AWS profile: ");
 		return FALSE;
 	}
-	if (!from_profile) {
-		cfg->region = g_strdup(DEFAULT_REGION);
-		cfg->region_source = g_strdup("default");
-		return TRUE;
-	}
+	if (!from_profile)
+		return region_from_imds(cfg);
 	value = cfg->profile ? cfg->profile : env_get("AWS_PROFILE");
 	if (!region_valid(from_profile)) {
 		g_autofree char *v = log_escape(from_profile, -1);

@@ -446,6 +446,27 @@ class ProviderTest(harness.MountCase):
         self.assertRegex(out, r"✗ credentials: .*STS AssumeRoleWithWebIdentity "
                          r"via \S+: HTTP 400 InvalidIdentityToken: ")
 
+    def test_region_from_imds(self):
+        """No region given: the instance's.  Here it is not the bucket's,
+        and the doctor says which region to use."""
+        fakes = harness.CredFakes("--region", "eu-west-3")
+        self.addCleanup(fakes.stop)
+        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=fakes.url)
+        del env["AWS_EC2_METADATA_DISABLED"]
+        r = harness.run([harness.binary("bucketfs-doctor"), "-o",
+                         f"endpoint={self.server.url}", "s3://dset/train/"], env=env)
+        out = r.stdout.decode()
+        self.assertEqual(r.returncode, 1, out)
+        self.assertIn("region:           eu-west-3 (EC2 instance metadata (IMDS))", out)
+        self.assertIn("✓ credentials: imds: EC2 instance metadata", out)
+        self.assertRegex(out, r"✗ ListObjectsV2 .*AuthorizationHeaderMalformed.*"
+                         r"\[the bucket is in region 'us-east-1'; use -o "
+                         r"region=us-east-1\]")
+        m = self.mount(env, may_fail=True)
+        self.assertIsNotNone(m.failed)
+        line = self.assert_one_line(m.output(), "cannot mount")
+        self.assertIn("use -o region=us-east-1", line)
+
 
 sys.path.insert(0, os.path.join(harness.SRC, "tests", "credfakes"))
 
