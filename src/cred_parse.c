@@ -251,7 +251,8 @@ static char *escaped_text(xmlNodePtr node)
 {
 	g_autofree char *t = text_of(node);
 
-	return t ? log_escape(t, -1) : NULL;
+	/* Ceph RGW sends an empty Message: as good as none. */
+	return t && *t ? log_escape(t, -1) : NULL;
 }
 
 gboolean cred_parse_sts_error(const char *xml, gsize len, char **code,
