@@ -423,13 +423,17 @@ class ProviderTest(harness.MountCase):
         self.assertNotIn("web-token-2", m.output())
         self.unmount(m)
 
+    def doctor(self, env):
+        r = harness.run([harness.binary("bucketfs-doctor"), "-o",
+                         f"endpoint={self.server.url}", "s3://dset/train/"],
+                        env=env)
+        return r, r.stdout.decode()
+
     def test_doctor_names_provider(self):
         tok = self.write("token", "web-token-1")
         env = base_env(AWS_WEB_IDENTITY_TOKEN_FILE=tok, AWS_ROLE_ARN=ROLE,
                        AWS_ENDPOINT_URL_STS=self.fakes.url)
-        r = harness.run([harness.binary("bucketfs-doctor"), "-o",
-                         f"endpoint={self.server.url}", "s3://dset/train/"], env=env)
-        out = r.stdout.decode()
+        r, out = self.doctor(env)
         self.assertEqual(r.returncode, 0, out + r.stderr.decode())
         self.assertIn("✓ credentials: web-identity: STS AssumeRoleWithWebIdentity", out)
         self.assertIn("assumed-role/bfs-test/", out)
@@ -439,9 +443,7 @@ class ProviderTest(harness.MountCase):
         # A failing step, with its cause.
         with open(tok, "w") as f:
             f.write("bad")
-        r = harness.run([harness.binary("bucketfs-doctor"), "-o",
-                         f"endpoint={self.server.url}", "s3://dset/train/"], env=env)
-        out = r.stdout.decode()
+        r, out = self.doctor(env)
         self.assertEqual(r.returncode, 1, out)
         self.assertRegex(out, r"✗ credentials: .*STS AssumeRoleWithWebIdentity "
                          r"via \S+: HTTP 400 InvalidIdentityToken: ")
@@ -453,9 +455,7 @@ class ProviderTest(harness.MountCase):
         self.addCleanup(fakes.stop)
         env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=fakes.url)
         del env["AWS_EC2_METADATA_DISABLED"]
-        r = harness.run([harness.binary("bucketfs-doctor"), "-o",
-                         f"endpoint={self.server.url}", "s3://dset/train/"], env=env)
-        out = r.stdout.decode()
+        r, out = self.doctor(env)
         self.assertEqual(r.returncode, 1, out)
         self.assertIn("region:           eu-west-3 (EC2 instance metadata (IMDS))", out)
         self.assertIn("✓ credentials: imds: EC2 instance metadata", out)
