@@ -127,9 +127,15 @@ static void refresh_now(struct cred_refresh *r)
 	failures = r->failures;
 	if (fresh) {
 		g_autofree char *d = describe(fresh);
+		/* IMDS hands out the same keys until shortly before they
+		 * expire: nothing new to say then. */
+		gboolean same = credentials_equal(fresh, r->current);
 
 		install(r, fresh);
-		if (failures)
+		if (same)
+			log_msg(LOG_LEVEL_DEBUG,
+				"credentials: the same again from %s", d);
+		else if (failures)
 			log_msg(LOG_LEVEL_NOTICE,
 				"credentials: refreshed from %s, after %u "
 				"failed attempts",

@@ -311,8 +311,18 @@ class ProviderTest(harness.MountCase):
         self.assertRegex(line, r"IMDS: PUT http://127\.0\.0\.1:\d+/latest/api/"
                          r"token: curl 28 \(Timeout was reached\)")
         self.assertLess(elapsed, 30)  # 1 s per fetch, twice; generous
+        # Keys in the environment: IMDS is not asked for credentials,
+        # and the region, which nobody gave, falls back to the default
+        # after IMDS's timeout.
         env.update(AWS_ACCESS_KEY_ID=harness.AK,
                    AWS_SECRET_ACCESS_KEY=harness.SK)
+        del env["AWS_REGION"]
+        r, out = self.doctor(env)
+        self.assertEqual(r.returncode, 0, out)
+        self.assertRegex(out, r"region: +us-east-1 \(default; no region from "
+                         r"IMDS: PUT http://127\.0\.0\.1:\d+/latest/api/token: "
+                         r"curl 28 \(Timeout was reached\)")
+        self.assertIn("✓ credentials: environment", out)
         m = self.mount(env)
         with open(m.path(f"img_000_of_{FILES}.jpeg"), "rb") as f:
             self.assertEqual(len(f.read()), SIZE)
