@@ -294,7 +294,8 @@ gboolean cred_refresh_renew(struct cred_refresh *r,
 		if (!r->thread && r->refresh_at)
 			r->thread = g_thread_new("bfs-creds", refresher, r);
 		log_msg(LOG_LEVEL_NOTICE,
-			"credentials expired (ExpiredToken): refreshed from %s",
+			"credentials expired (ExpiredToken): read them again "
+			"from %s",
 			d);
 		ok = TRUE;
 	}
