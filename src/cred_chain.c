@@ -88,13 +88,22 @@ static void trace_answer(struct chain *c, const char *provider,
 		  exp);
 }
 
+/* Wipes and frees a buffer of read_secret_file(). */
+static void secret_buffer_free(GString *s)
+{
+	explicit_bzero(s->str, s->allocated_len);
+	g_string_free(s, TRUE);
+}
+
 /* Reads a small file that holds a secret (a token); wipe the result. */
 static char *read_secret_file(const char *path, const char *what,
 			      GError **error)
 {
 	char buf[4096];
-	GString *s = g_string_sized_new(4096);
+	/* Sized once, never grown: a realloc would leave a copy behind. */
+	GString *s = g_string_sized_new(SMALL_FILE_MAX + sizeof(buf) + 1);
 	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	char *token;
 
 	if (fd < 0) {
 		int err = errno;
@@ -118,7 +127,7 @@ static char *read_secret_file(const char *path, const char *what,
 					  : "larger than 64 KiB, not a token");
 			close(fd);
 			explicit_bzero(buf, sizeof(buf));
-			credentials_secret_free(g_string_free(s, FALSE));
+			secret_buffer_free(s);
 			return NULL;
 		}
 		if (n == 0)
@@ -127,14 +136,16 @@ static char *read_secret_file(const char *path, const char *what,
 	}
 	close(fd);
 	explicit_bzero(buf, sizeof(buf));
-	g_strstrip(s->str);
-	if (!*s->str || strpbrk(s->str, "\r\n")) {
+	/* Stripping moves bytes past the NUL: the whole buffer is wiped. */
+	token = g_strdup(g_strstrip(s->str));
+	secret_buffer_free(s);
+	if (!*token || strpbrk(token, "\r\n")) {
 		g_set_error(error, BFS_ERROR, EINVAL, "%s %s: %s", what, path,
-			    *s->str ? "holds more than one line" : "is empty");
-		credentials_secret_free(g_string_free(s, FALSE));
+			    *token ? "holds more than one line" : "is empty");
+		credentials_secret_free(token);
 		return NULL;
 	}
-	return g_string_free(s, FALSE);
+	return token;
 }
 
 static gboolean is_true(const char *v)
@@ -172,8 +183,17 @@ static char *uri_hostport(GUri *uri)
 /* "name=value&..." of @params (name, value pairs; values may be secret). */
 static char *form_body(const char *const *params)
 {
-	GString *body = g_string_sized_new(1024);
+	gsize size = 256;
+	GString *body;
 	guint i;
+
+	/* Sized once, never grown: a realloc would leave a token behind. */
+	for (i = 0; params[i]; i += 2) {
+		const char *v = params[i + 1];
+
+		size += strlen(params[i]) + 2 + (v ? 3 * strlen(v) : 0);
+	}
+	body = g_string_sized_new(size);
 
 	for (i = 0; params[i]; i += 2) {
 		g_autofree char *v = NULL;
