@@ -585,7 +585,33 @@ static char *imds_base(void)
 	return base;
 }
 
-/* One IMDS exchange; *@body on any status. */
+/*
+ * The SDKs' AWS_METADATA_SERVICE_TIMEOUT (seconds) and
+ * AWS_METADATA_SERVICE_NUM_ATTEMPTS, for hosts whose IMDS is slow; a value
+ * out of range is ignored.
+ */
+static void imds_limits(guint *timeout_ms, guint *attempts)
+{
+	const char *t = env_get("AWS_METADATA_SERVICE_TIMEOUT");
+	const char *n = env_get("AWS_METADATA_SERVICE_NUM_ATTEMPTS");
+	char *end = NULL;
+	double v;
+
+	*timeout_ms = IMDS_TIMEOUT_MS;
+	*attempts = 1;
+	if (t) {
+		v = g_ascii_strtod(t, &end);
+		if (end && !*end && v > 0 && v <= 60)
+			*timeout_ms = (guint)(v * 1000);
+	}
+	if (n) {
+		v = g_ascii_strtod(n, &end);
+		if (end && !*end && v >= 1 && v <= 10)
+			*attempts = (guint)v;
+	}
+}
+
+/* One IMDS exchange; *@body on any status.  Transport failures retry. */
 static gboolean imds_exchange(const char *method, const char *url,
 			      const char *token, long *status, GString **body,
 			      GError **error)
@@ -596,9 +622,9 @@ static gboolean imds_exchange(const char *method, const char *url,
 		.method = method,
 		.url = url,
 		.headers = headers,
-		.timeout_ms = IMDS_TIMEOUT_MS,
 	};
-	gboolean ok;
+	guint attempts, i;
+	gboolean ok = FALSE;
 
 	if (token)
 		h = g_strdup_printf("X-aws-ec2-metadata-token: %s", token);
@@ -606,7 +632,12 @@ static gboolean imds_exchange(const char *method, const char *url,
 		h = g_strdup("X-aws-ec2-metadata-token-ttl-seconds:"
 			     " " IMDS_TOKEN_TTL);
 	headers[0] = h;
-	ok = cred_http_exchange(&req, status, body, error);
+	imds_limits(&req.timeout_ms, &attempts);
+	for (i = 0; i < attempts && !ok; i++) {
+		if (i > 0)
+			g_clear_error(error);
+		ok = cred_http_exchange(&req, status, body, error);
+	}
 	explicit_bzero(h, strlen(h));
 	return ok;
 }

@@ -28,7 +28,9 @@
  *     the role name, then its credentials, each with a 1 s timeout, on
  *     AWS_EC2_METADATA_SERVICE_ENDPOINT (default http://169.254.169.254,
  *     or http://[fd00:ec2::254] with AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE
- *     =IPv6); AWS_EC2_METADATA_DISABLED=true skips it.
+ *     =IPv6); AWS_EC2_METADATA_DISABLED=true skips it;
+ *     AWS_METADATA_SERVICE_TIMEOUT (seconds) and
+ *     AWS_METADATA_SERVICE_NUM_ATTEMPTS change the timeout and the attempts.
  *
  * With a profile named explicitly (-o profile=NAME) only that profile is
  * asked (and what it names as its source); with anonymous, nobody.

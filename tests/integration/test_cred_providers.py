@@ -33,6 +33,9 @@ SIZE = 4096
 SRC_AK = "AKIDSOURCEKEYS"
 SRC_SK = "source-secret-key"
 ROLE = "arn:aws:iam::123456789012:role/bfs-test"
+# The fake IMDS on a loaded machine (sanitizers) may take over the
+# default 1 s: the SDKs' own variable gives it more.
+SLOW_IMDS_OK = {"AWS_METADATA_SERVICE_TIMEOUT": "10"}
 
 
 def base_env(**extra):
@@ -165,7 +168,8 @@ class ProviderTest(harness.MountCase):
     # -- each provider mounts and reads across expiries -------------------
 
     def test_imds(self):
-        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=self.fakes.url)
+        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=self.fakes.url,
+                       **SLOW_IMDS_OK)
         del env["AWS_EC2_METADATA_DISABLED"]
         out = self.check_provider(env, "imds",
                                   {"imds-token", "imds-role", "imds-creds"})
@@ -331,7 +335,8 @@ class ProviderTest(harness.MountCase):
 
     def test_imds_no_role(self):
         self.fakes.config(imds_role=None)
-        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=self.fakes.url)
+        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=self.fakes.url,
+                       **SLOW_IMDS_OK)
         del env["AWS_EC2_METADATA_DISABLED"]
         m = self.mount(env, may_fail=True)
         self.assertIsNotNone(m.failed)
@@ -463,7 +468,7 @@ class ProviderTest(harness.MountCase):
         and the doctor says which region to use."""
         fakes = harness.CredFakes("--region", "eu-west-3")
         self.addCleanup(fakes.stop)
-        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=fakes.url)
+        env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=fakes.url, **SLOW_IMDS_OK)
         del env["AWS_EC2_METADATA_DISABLED"]
         r, out = self.doctor(env)
         self.assertEqual(r.returncode, 1, out)

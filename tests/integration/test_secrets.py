@@ -340,7 +340,8 @@ class SecretsTest(unittest.TestCase):
                            CONTAINER_TOKEN))
         elif name == "imds":
             del env["AWS_EC2_METADATA_DISABLED"]
-            env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=f)
+            env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=f,
+                       AWS_METADATA_SERVICE_TIMEOUT="10")
         return env
 
     def token_file(self, token):
