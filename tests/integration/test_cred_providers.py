@@ -171,8 +171,10 @@ class ProviderTest(harness.MountCase):
         env = base_env(AWS_EC2_METADATA_SERVICE_ENDPOINT=self.fakes.url,
                        **SLOW_IMDS_OK)
         del env["AWS_EC2_METADATA_DISABLED"]
+        # No region given: IMDS is asked for that too.
         out = self.check_provider(env, "imds",
-                                  {"imds-token", "imds-role", "imds-creds"})
+                                  {"imds-token", "imds-role", "imds-creds",
+                                   "imds-region"})
         self.assertIn("role bfs-instance-role", out)
 
     def test_web_identity(self):
