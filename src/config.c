@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "cred_chain.h"
 #include "credentials.h"
 #include "error.h"
 #include "index.h"
@@ -1399,6 +1400,29 @@ static gboolean conf_apply(struct config *cfg, GError **error)
 
 /* --- config_finish ----------------------------------------------------- */
 
+/*
+ * No region given: the instance's, as the AWS SDKs take it, else the
+ * default.  A host without IMDS costs at most its 1 s timeouts.
+ */
+static gboolean region_from_imds(struct config *cfg)
+{
+	g_autoptr(GError) ierr = NULL;
+	g_autofree char *region = cred_chain_imds_region(&ierr);
+
+	if (region && region_valid(region)) {
+		cfg->region = g_steal_pointer(&region);
+		cfg->region_source = g_strdup("EC2 instance metadata (IMDS)");
+		return TRUE;
+	}
+	cfg->region = g_strdup(DEFAULT_REGION);
+	if (!ierr || ierr->code == ENOENT)
+		cfg->region_source = g_strdup("default");
+	else
+		cfg->region_source = g_strdup_printf(
+			"default; no region from %s", ierr->message);
+	return TRUE;
+}
+
 static gboolean finish_region(struct config *cfg, GError **error)
 {
 	static const char *const vars[] = { "AWS_REGION",
@@ -1431,11 +1455,8 @@ static gboolean finish_region(struct config *cfg, GError **error)
 		g_prefix_error(error, "the region of the AWS profile: ");
 		return FALSE;
 	}
-	if (!from_profile) {
-		cfg->region = g_strdup(DEFAULT_REGION);
-		cfg->region_source = g_strdup("default");
-		return TRUE;
-	}
+	if (!from_profile)
+		return region_from_imds(cfg);
 	value = cfg->profile ? cfg->profile : env_get("AWS_PROFILE");
 	if (!region_valid(from_profile)) {
 		g_autofree char *v = log_escape(from_profile, -1);
@@ -1709,8 +1730,8 @@ static void describe_credentials(GString *s, const struct config *cfg)
 	}
 	p = log_escape(env ? env : "default", -1);
 	g_string_append_printf(s,
-			       "%-17s AWS_ACCESS_KEY_ID if set, else profile "
-			       "'%s'%s\n",
+			       "%-17s the AWS chain: environment, web "
+			       "identity, profile '%s'%s, container, IMDS\n",
 			       "credentials:", p, env ? " (AWS_PROFILE)" : "");
 }
 

@@ -22,6 +22,16 @@ enum ini_key {
 	INI_SECRET_ACCESS_KEY,
 	INI_SESSION_TOKEN,
 	INI_REGION,
+	INI_ROLE_ARN,
+	INI_SOURCE_PROFILE,
+	INI_CREDENTIAL_SOURCE,
+	INI_CREDENTIAL_PROCESS,
+	INI_WEB_IDENTITY_TOKEN_FILE,
+	INI_ROLE_SESSION_NAME,
+	INI_EXTERNAL_ID,
+	INI_DURATION_SECONDS,
+	INI_SSO_START_URL,
+	INI_SSO_SESSION,
 	INI_N_KEYS,
 };
 
@@ -30,6 +40,16 @@ static const char *const ini_key_names[INI_N_KEYS] = {
 	[INI_SECRET_ACCESS_KEY] = "aws_secret_access_key",
 	[INI_SESSION_TOKEN] = "aws_session_token",
 	[INI_REGION] = "region",
+	[INI_ROLE_ARN] = "role_arn",
+	[INI_SOURCE_PROFILE] = "source_profile",
+	[INI_CREDENTIAL_SOURCE] = "credential_source",
+	[INI_CREDENTIAL_PROCESS] = "credential_process",
+	[INI_WEB_IDENTITY_TOKEN_FILE] = "web_identity_token_file",
+	[INI_ROLE_SESSION_NAME] = "role_session_name",
+	[INI_EXTERNAL_ID] = "external_id",
+	[INI_DURATION_SECONDS] = "duration_seconds",
+	[INI_SSO_START_URL] = "sso_start_url",
+	[INI_SSO_SESSION] = "sso_session",
 };
 
 /* What one file says about one profile. */
@@ -51,7 +71,7 @@ struct ini_parser {
 	gsize key_indent;
 };
 
-static void secret_free(char *s)
+void credentials_secret_free(char *s)
 {
 	if (!s)
 		return;
@@ -64,7 +84,7 @@ static void ini_profile_clear(struct ini_profile *p)
 	int i;
 
 	for (i = 0; i < INI_N_KEYS; i++)
-		g_clear_pointer(&p->values[i], secret_free);
+		g_clear_pointer(&p->values[i], credentials_secret_free);
 	p->found = FALSE;
 }
 
@@ -252,7 +272,7 @@ static void ini_store(struct ini_parser *ps, const char *key, gsize klen,
 	}
 	if (i == INI_N_KEYS)
 		return;
-	secret_free(ps->out->values[i]);
+	credentials_secret_free(ps->out->values[i]);
 	ps->out->values[i] = g_strndup(value, vlen);
 	ps->out->lines[i] = ps->lineno;
 }
@@ -386,16 +406,17 @@ static gboolean has_control_char(const char *s)
 	return FALSE;
 }
 
-static struct credentials *credentials_new(const char *access_key_id,
-					   const char *secret_access_key,
-					   const char *session_token,
-					   char *source)
+struct credentials *credentials_new(const char *access_key_id,
+				    const char *secret_access_key,
+				    const char *session_token,
+				    const char *provider, char *source)
 {
 	struct credentials *creds = g_new0(struct credentials, 1);
 
 	creds->access_key_id = g_strdup(access_key_id);
 	creds->secret_access_key = g_strdup(secret_access_key);
 	creds->session_token = g_strdup(session_token);
+	creds->provider = g_strdup(provider);
 	creds->source = source;
 	return creds;
 }
@@ -404,10 +425,12 @@ void credentials_free(struct credentials *creds)
 {
 	if (!creds)
 		return;
-	secret_free(creds->access_key_id);
-	secret_free(creds->secret_access_key);
-	secret_free(creds->session_token);
+	credentials_secret_free(creds->access_key_id);
+	credentials_secret_free(creds->secret_access_key);
+	credentials_secret_free(creds->session_token);
 	g_free(creds->source);
+	g_free(creds->provider);
+	g_free(creds->role);
 	g_free(creds);
 }
 
@@ -421,7 +444,7 @@ static gboolean env_check(const char *name, const char *value, GError **error)
 }
 
 /* TRUE with *@out NULL when the environment has no keys. */
-static gboolean credentials_from_env(struct credentials **out, GError **error)
+gboolean credentials_from_environment(struct credentials **out, GError **error)
 {
 	const char *id = env_get("AWS_ACCESS_KEY_ID");
 	const char *secret = env_get("AWS_SECRET_ACCESS_KEY");
@@ -448,7 +471,7 @@ static gboolean credentials_from_env(struct credentials **out, GError **error)
 	    !env_check("AWS_SECRET_ACCESS_KEY", secret, error) ||
 	    !env_check("AWS_SESSION_TOKEN", token, error))
 		return FALSE;
-	*out = credentials_new(id, secret, token,
+	*out = credentials_new(id, secret, token, "environment",
 			       g_strdup("environment (AWS_ACCESS_KEY_ID)"));
 	return TRUE;
 }
@@ -490,7 +513,7 @@ static struct credentials *credentials_from_ini(const char *name,
 		return NULL;
 	return credentials_new(
 		p->values[INI_ACCESS_KEY_ID], p->values[INI_SECRET_ACCESS_KEY],
-		token && *token ? token : NULL,
+		token && *token ? token : NULL, "profile",
 		g_strdup_printf("profile '%s' in %s", name, path));
 }
 
@@ -524,8 +547,7 @@ static void credentials_missing(const char *name, gboolean named,
 	} else {
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "profile '%s' in %s: aws_access_key_id is missing "
-			    "(only static keys are supported, not role_arn, "
-			    "sso_* or credential_process)",
+			    "(static keys are needed here)",
 			    name, where);
 	}
 }
@@ -573,13 +595,13 @@ struct credentials *credentials_load(const char *profile, gboolean anonymous,
 	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
 
 	if (anonymous) {
-		creds = credentials_new(NULL, NULL, NULL,
+		creds = credentials_new(NULL, NULL, NULL, "anonymous",
 					g_strdup("anonymous"));
 		creds->anonymous = TRUE;
 		return creds;
 	}
 	if (!profile) {
-		if (!credentials_from_env(&creds, error))
+		if (!credentials_from_environment(&creds, error))
 			return NULL;
 		if (creds)
 			return creds;
@@ -597,48 +619,6 @@ gboolean credentials_equal(const struct credentials *a,
 	return g_strcmp0(a->access_key_id, b->access_key_id) == 0 &&
 	       g_strcmp0(a->secret_access_key, b->secret_access_key) == 0 &&
 	       g_strcmp0(a->session_token, b->session_token) == 0;
-}
-
-struct credentials *credentials_reload(const struct credentials *current,
-				       const char *profile, gboolean anonymous,
-				       GError **error)
-{
-	struct credentials *fresh;
-
-	g_return_val_if_fail(current != NULL, NULL);
-	g_return_val_if_fail(error == NULL || *error == NULL, NULL);
-
-	if (anonymous || current->anonymous) {
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "anonymous access was refused as expired; there "
-			    "are no credentials to renew");
-		return NULL;
-	}
-	fresh = credentials_load(profile, FALSE, error);
-	if (!fresh) {
-		g_prefix_error(error, "reading the credentials again: ");
-		return NULL;
-	}
-	if (!credentials_equal(fresh, current))
-		return fresh;
-	if (g_str_has_prefix(fresh->source, "environment"))
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "the credentials from the %s expired, and a "
-			    "running bucketfs cannot see a changed "
-			    "environment: put renewable credentials in a "
-			    "profile of the shared credentials file, or "
-			    "remount with new ones",
-			    fresh->source);
-	else
-		g_set_error(error, BFS_ERROR, EACCES,
-			    "the credentials from %s expired and it still "
-			    "holds the same ones: renew them there (new "
-			    "aws_access_key_id, aws_secret_access_key and "
-			    "aws_session_token); bucketfs reads it again at "
-			    "the next ExpiredToken",
-			    fresh->source);
-	credentials_free(fresh);
-	return NULL;
 }
 
 char *credentials_profile_region(const char *profile, GError **error)
@@ -659,4 +639,77 @@ char *credentials_profile_region(const char *profile, GError **error)
 		result = g_strdup(region);
 	ini_profile_clear(&conf);
 	return result;
+}
+
+void aws_profile_clear(struct aws_profile *p)
+{
+	g_free(p->name);
+	g_free(p->cred_path);
+	g_free(p->conf_path);
+	g_free(p->role_arn);
+	g_free(p->source_profile);
+	g_free(p->credential_source);
+	g_free(p->credential_process);
+	g_free(p->web_identity_token_file);
+	g_free(p->role_session_name);
+	g_free(p->external_id);
+	g_free(p->duration_seconds);
+	g_free(p->region);
+	memset(p, 0, sizeof(*p));
+}
+
+/* The credentials file's value, else the config file's; NULL if empty. */
+static char *profile_value(const struct ini_profile *cred,
+			   const struct ini_profile *conf, enum ini_key key)
+{
+	const char *v = cred->values[key];
+
+	if (!v || !*v)
+		v = conf->values[key];
+	return v && *v ? g_strdup(v) : NULL;
+}
+
+gboolean aws_profile_read(const char *name, struct aws_profile *out,
+			  GError **error)
+{
+	struct ini_profile cred = { 0 };
+	struct ini_profile conf = { 0 };
+	gboolean ok = FALSE;
+
+	g_return_val_if_fail(name != NULL, FALSE);
+	memset(out, 0, sizeof(*out));
+	out->name = g_strdup(name);
+	out->cred_path =
+		aws_file_path("AWS_SHARED_CREDENTIALS_FILE", "credentials");
+	out->conf_path = aws_file_path("AWS_CONFIG_FILE", "config");
+	if (!ini_load(out->cred_path, name, FALSE, &cred, error) ||
+	    !ini_load(out->conf_path, name, TRUE, &conf, error))
+		goto out;
+	out->found = cred.found || conf.found;
+	out->has_keys = ini_has_keys(&cred) || ini_has_keys(&conf);
+	out->has_sso = cred.values[INI_SSO_START_URL] ||
+		       conf.values[INI_SSO_START_URL] ||
+		       cred.values[INI_SSO_SESSION] ||
+		       conf.values[INI_SSO_SESSION];
+	out->role_arn = profile_value(&cred, &conf, INI_ROLE_ARN);
+	out->source_profile = profile_value(&cred, &conf, INI_SOURCE_PROFILE);
+	out->credential_source =
+		profile_value(&cred, &conf, INI_CREDENTIAL_SOURCE);
+	out->credential_process =
+		profile_value(&cred, &conf, INI_CREDENTIAL_PROCESS);
+	out->web_identity_token_file =
+		profile_value(&cred, &conf, INI_WEB_IDENTITY_TOKEN_FILE);
+	out->role_session_name =
+		profile_value(&cred, &conf, INI_ROLE_SESSION_NAME);
+	out->external_id = profile_value(&cred, &conf, INI_EXTERNAL_ID);
+	out->duration_seconds =
+		profile_value(&cred, &conf, INI_DURATION_SECONDS);
+	out->region = profile_value(&cred, &conf, INI_REGION);
+	ok = TRUE;
+out:
+	ini_profile_clear(&cred);
+	ini_profile_clear(&conf);
+	if (!ok)
+		aws_profile_clear(out);
+	return ok;
 }

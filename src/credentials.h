@@ -16,8 +16,10 @@
  *     The keys aws_access_key_id and aws_secret_access_key (and optionally
  *     aws_session_token) must come together from the same file.
  *
- * Only static keys are supported: role_arn, sso_*, credential_process and
- * the instance metadata service are not.
+ * This module is the static layer: keys that are written down.  Roles,
+ * credential_process, web identity, containers and the instance metadata
+ * service are resolved by cred_chain.h, which reads their settings with
+ * aws_profile_read() and comes here for static keys.
  *
  * The files are read with a small parser of the format the AWS CLI accepts
  * (Python's configparser): "[section]" headers, "key = value" or
@@ -46,8 +48,26 @@ struct credentials {
 	 * "profile 'dev' in /root/.aws/credentials", "anonymous".
 	 */
 	char *source;
+	/*
+	 * Which provider answered, one word for logs and the doctor:
+	 * "environment", "profile", "web-identity", "assume-role",
+	 * "credential-process", "container", "imds", "anonymous".
+	 */
+	char *provider;
+	char *role;	   /* the role ARN or IMDS role name, or NULL */
+	gint64 expiration; /* Unix seconds; 0: they do not expire */
 	gboolean anonymous;
 };
+
+/*
+ * New credentials: copies @access_key_id, @secret_access_key,
+ * @session_token (NULL if none) and @provider, and takes @source.  The
+ * caller sets role and expiration.  Any thread.
+ */
+struct credentials *credentials_new(const char *access_key_id,
+				    const char *secret_access_key,
+				    const char *session_token,
+				    const char *provider, char *source);
 
 /*
  * Resolves the credentials as described above.  @profile (borrowed, may be
@@ -73,30 +93,11 @@ struct credentials *credentials_load(const char *profile, gboolean anonymous,
 				     GError **error);
 
 /*
- * Loads the credentials again, as credentials_load(@profile, @anonymous)
- * would now, because the server refused @current (borrowed) as expired
- * (S3's ExpiredToken): temporary credentials are renewed by rewriting the
- * credentials file (aws sso login, aws configure export-credentials, a
- * refreshing sidecar), which is read again here.
- *
- * Returns newly allocated credentials when they differ from @current (in
- * the key id, the secret or the session token), else NULL with @error set
- * (domain BFS_ERROR):
- *
- *  - EACCES: the source still holds the same credentials, the expired
- *    ones: the message names the source and how to renew them (for the
- *    environment: a running bucketfs cannot see a changed environment);
- *    anonymous access has nothing to renew;
- *  - the errors of credentials_load(), when the source no longer loads.
- *
- * Reads at most two small files; no secret appears in an error.  Any
- * thread (the environment as for credentials_load()); callers should
- * limit how often they call it, e.g. once per ExpiredToken answer to
- * credentials not yet replaced.
+ * Step 2 of credentials_load() alone: TRUE with *@out NULL when neither
+ * AWS_ACCESS_KEY_ID nor AWS_SECRET_ACCESS_KEY is set, TRUE with new
+ * credentials, or FALSE with @error as credentials_load() (EINVAL).
  */
-struct credentials *credentials_reload(const struct credentials *current,
-				       const char *profile, gboolean anonymous,
-				       GError **error);
+gboolean credentials_from_environment(struct credentials **out, GError **error);
 
 /* TRUE when @a and @b hold the same keys and token (or are both anonymous). */
 gboolean credentials_equal(const struct credentials *a,
@@ -104,6 +105,45 @@ gboolean credentials_equal(const struct credentials *a,
 
 /* Wipes the secrets (explicit_bzero) and frees @creds.  NULL is ignored. */
 void credentials_free(struct credentials *creds);
+
+/* Wipes the string @s (explicit_bzero) and frees it.  NULL is ignored. */
+void credentials_secret_free(char *s);
+
+/*
+ * The settings of one profile that are not static keys, merged from both
+ * files as the AWS CLI does (the credentials file wins).  Plain data; every
+ * string is newly allocated or NULL when absent or empty.
+ */
+struct aws_profile {
+	char *name;
+	char *cred_path; /* the files that were read */
+	char *conf_path;
+	gboolean found;	   /* the section is in either file */
+	gboolean has_keys; /* aws_access_key_id or _secret_ in either */
+	gboolean has_sso;  /* sso_start_url or sso_session */
+	char *role_arn;
+	char *source_profile;
+	char *credential_source;
+	char *credential_process; /* a command line: not a secret */
+	char *web_identity_token_file;
+	char *role_session_name;
+	char *external_id;
+	char *duration_seconds;
+	char *region;
+};
+
+/*
+ * Reads profile @name (borrowed) from the credentials file and the config
+ * file (paths as for credentials_load()) into @out, which the caller
+ * clears with aws_profile_clear() after a TRUE return (a FALSE return
+ * leaves it cleared).  A missing file or section is not an error
+ * (@out->found says).  Errors as for credentials_load(): EINVAL for a file
+ * that does not parse, the errno of one that cannot be read.  Any thread
+ * (reads the environment for the paths).
+ */
+gboolean aws_profile_read(const char *name, struct aws_profile *out,
+			  GError **error);
+void aws_profile_clear(struct aws_profile *p);
 
 /*
  * The region setting of @profile (NULL: $AWS_PROFILE, else "default") in

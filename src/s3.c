@@ -12,6 +12,7 @@
 
 #include <curl/curl.h>
 
+#include "cred_refresh.h"
 #include "credentials.h"
 #include "error.h"
 #include "http.h"
@@ -25,17 +26,11 @@ struct s3 {
 	char *region;
 	gboolean virtual_hosted;
 	char **endpoints; /* NULL-terminated, immutable */
-	char *profile;	  /* for credentials_reload() */
-	gboolean anonymous;
-	GMutex creds_lock;
 	/*
-	 * Replaced when the server says they expired (ExpiredToken); the ones
-	 * replaced are kept in retired_creds until s3_free(), so a pointer
-	 * taken under the lock (call_prepare(), s3_credentials_source())
-	 * stays valid without it.
+	 * Refreshed ahead of their expiry, and at once on ExpiredToken; a
+	 * pointer it hands out stays valid until s3_free().
 	 */
-	struct credentials *creds; /* protected by creds_lock */
-	GPtrArray *retired_creds;  /* protected by creds_lock */
+	struct cred_refresh *creds;
 	gint range_quirk_logged;   /* atomic: a server ignored a Range */
 };
 
@@ -178,9 +173,7 @@ static gboolean call_prepare(const struct http_endpoint *ep, gint64 now,
 	for (i = 0; i < call->sign_headers->len; i++)
 		g_ptr_array_add(headers, g_strdup(g_ptr_array_index(
 						 call->sign_headers, i)));
-	g_mutex_lock(&s3->creds_lock);
-	creds = s3->creds;
-	g_mutex_unlock(&s3->creds_lock);
+	creds = cred_refresh_peek(s3->creds);
 	/* Judged per attempt: a hedge may sign with renewed credentials
 	 * while its twin still runs with the expired ones. */
 	*tag = (gpointer)creds;
@@ -368,32 +361,14 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
 }
 
 /*
- * The server refused @used as expired: read the credentials again, unless
- * another request already did.  TRUE when a retry will sign with other
- * credentials.  Event thread (reads at most two small files).
+ * The server refused @used as expired: fetch new credentials now, unless
+ * another request or the refresher already did.  TRUE when a retry will
+ * sign with other credentials.  Event thread (blocks for the fetch).
  */
 static gboolean renew_credentials(struct s3 *s3, const struct credentials *used,
 				  GError **error)
 {
-	struct credentials *fresh;
-
-	g_mutex_lock(&s3->creds_lock);
-	if (used != s3->creds) {
-		g_mutex_unlock(&s3->creds_lock);
-		return TRUE;
-	}
-	fresh = credentials_reload(s3->creds, s3->profile, s3->anonymous,
-				   error);
-	if (fresh) {
-		g_ptr_array_add(s3->retired_creds, s3->creds);
-		s3->creds = fresh;
-		log_msg(LOG_LEVEL_NOTICE,
-			"credentials expired (ExpiredToken): read them again "
-			"from %s",
-			fresh->source);
-	}
-	g_mutex_unlock(&s3->creds_lock);
-	return fresh != NULL;
+	return cred_refresh_renew(s3->creds, used, error);
 }
 
 /*
@@ -1109,14 +1084,18 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 			goto fail;
 		}
 	}
-	s3->profile = g_strdup(cfg->profile);
-	s3->anonymous = cfg->anonymous;
-	g_mutex_init(&s3->creds_lock);
-	s3->retired_creds = g_ptr_array_new_with_free_func(
-		(GDestroyNotify)credentials_free);
-	s3->creds = credentials_load(cfg->profile, cfg->anonymous, error);
-	if (!s3->creds)
-		goto fail;
+	{
+		struct cred_chain_options co = {
+			.profile = cfg->profile,
+			.anonymous = cfg->anonymous,
+			.region = cfg->region,
+			.ca_file = cfg->ca_file,
+		};
+
+		s3->creds = cred_refresh_new(&co, error);
+		if (!s3->creds)
+			goto fail;
+	}
 	o.endpoints = (const char *const *)s3->endpoints;
 	o.ca_file = cfg->ca_file;
 	o.connect_timeout = cfg->connect_timeout;
@@ -1148,12 +1127,7 @@ void s3_free(struct s3 *s3)
 	if (!s3)
 		return;
 	http_free(s3->http);
-	g_clear_pointer(&s3->creds, credentials_free);
-	if (s3->retired_creds) {
-		g_ptr_array_unref(s3->retired_creds);
-		g_mutex_clear(&s3->creds_lock);
-	}
-	g_free(s3->profile);
+	g_clear_pointer(&s3->creds, cred_refresh_free);
 	g_strfreev(s3->endpoints);
 	g_free(s3->bucket);
 	g_free(s3->region);
@@ -1167,14 +1141,9 @@ const char *s3_bucket(const struct s3 *s3)
 
 const char *s3_credentials_source(const struct s3 *s3)
 {
-	const char *source;
-
 	/* Borrowed until s3_free(): replaced credentials are retired, not
 	 * freed. */
-	g_mutex_lock((GMutex *)&s3->creds_lock);
-	source = s3->creds->source;
-	g_mutex_unlock((GMutex *)&s3->creds_lock);
-	return source;
+	return cred_refresh_peek(s3->creds)->source;
 }
 
 struct http *s3_get_http(struct s3 *s3)

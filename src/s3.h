@@ -48,9 +48,10 @@ void s3_object_meta_clear(struct s3_object_meta *meta);
 
 /*
  * A client for cfg->bucket over cfg->endpoints, with the credentials that
- * cfg selects (loaded now).  @cfg must have passed config_finish(); it is
- * copied.  Errors: those of credentials_load() and http_new(), EINVAL for
- * virtual-hosted addressing on an IP-literal endpoint.  Any thread.
+ * cfg selects (fetched now, then kept fresh by cred_refresh.h's thread).  @cfg
+ * must have passed config_finish(); it is copied.  Errors: those of
+ * cred_chain_resolve() and http_new(), EINVAL for virtual-hosted addressing on
+ * an IP-literal endpoint.  Any thread.
  */
 struct s3 *s3_new(const struct config *cfg, GError **error);
 

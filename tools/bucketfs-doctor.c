@@ -23,6 +23,7 @@
 #include <curl/curl.h>
 
 #include "config.h"
+#include "cred_chain.h"
 #include "credentials.h"
 #include "emptydirs.h"
 #include "error.h"
@@ -751,6 +752,47 @@ static gboolean parse_args(struct doctor *d, int argc, char **argv,
 	return config_finish(&d->cfg, error);
 }
 
+/*
+ * Asks the provider chain as the mount will, printing what each provider
+ * said ("· IMDS: disabled by AWS_EC2_METADATA_DISABLED"), then which one
+ * answered, with the role and the time left, or the failing step's cause.
+ */
+static void check_credentials(struct doctor *d)
+{
+	g_autoptr(GPtrArray) trace = g_ptr_array_new_with_free_func(g_free);
+	g_autoptr(GError) error = NULL;
+	g_autoptr(GString) detail = g_string_new(NULL);
+	struct cred_chain_options o = {
+		.profile = d->cfg.profile,
+		.anonymous = d->cfg.anonymous,
+		.region = d->cfg.region,
+		.ca_file = d->cfg.ca_file,
+	};
+	struct credentials *creds = cred_chain_resolve(&o, trace, &error);
+	guint i;
+
+	/* The last line, the answer or the failure, is reported below. */
+	for (i = 0; i + 1 < trace->len; i++)
+		printf("  · %s\n", (char *)g_ptr_array_index(trace, i));
+	if (!creds) {
+		report(d, FALSE, "", "credentials", error->message,
+		       "see the cause above; bucketfs-doctor(1) lists the "
+		       "providers in their order and what each reads");
+		return;
+	}
+	g_string_printf(detail, "%s: %s", creds->provider, creds->source);
+	if (creds->role)
+		g_string_append_printf(detail, ", role %s", creds->role);
+	if (creds->expiration)
+		g_string_append_printf(
+			detail, "; they expire in %" G_GINT64_FORMAT " s",
+			creds->expiration - g_get_real_time() / G_USEC_PER_SEC);
+	else if (!creds->anonymous)
+		g_string_append(detail, "; static keys, no expiry");
+	report(d, TRUE, "", "credentials", detail->str, NULL);
+	credentials_free(creds);
+}
+
 int main(int argc, char **argv)
 {
 	struct doctor d = { 0 };
@@ -769,17 +811,15 @@ int main(int argc, char **argv)
 		 verbose ? LOG_LEVEL_DEBUG : LOG_LEVEL_WARNING);
 	desc = config_describe(&d.cfg);
 	printf("bucketfs-doctor %s\n%s\n", BUCKETFS_VERSION, desc);
+	printf("credential providers:\n");
+	check_credentials(&d);
 	d.s3 = s3_new(&d.cfg, &error);
 	if (!d.s3) {
-		report(&d, FALSE, "", "credentials", error->message, NULL);
 		/* The network checks still tell something: run them
 		 * unsigned. */
 		g_clear_error(&error);
 		d.cfg.anonymous = TRUE;
 		d.s3 = s3_new(&d.cfg, &error);
-	} else {
-		report(&d, TRUE, "", "credentials", s3_credentials_source(d.s3),
-		       NULL);
 	}
 	if (!d.s3)
 		report(&d, FALSE, "", "client", error->message, NULL);

@@ -53,7 +53,9 @@ def client_env(**extra):
                 "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
                 "AWS_CONFIG_FILE": "/nonexistent",
                 # The machine's /etc/bucketfs/bucketfs.conf stays out.
-                "BUCKETFS_CONFIG": "none"})
+                "BUCKETFS_CONFIG": "none",
+                # Nor may a test reach a real instance metadata service.
+                "AWS_EC2_METADATA_DISABLED": "true"})
     env.update(extra)
     return env
 
@@ -668,3 +670,50 @@ def main():
     if r.testsRun and len(r.skipped) == r.testsRun:
         raise SystemExit(SKIP)
     raise SystemExit(0)
+
+
+class CredFakes:
+    """tests/credfakes/credfakes.py: IMDSv2, the container endpoint and STS
+    on one loopback port, issuing session credentials that expire after
+    @lifetime seconds; a TestServer started with "--session-key",
+    CredFakes.KEY accepts them until then (ExpiredToken after)."""
+
+    KEY = "bfs-test-session-key"
+
+    def __init__(self, *args, lifetime=4):
+        script = os.path.join(SRC, "tests", "credfakes", "credfakes.py")
+        self.proc = subprocess.Popen(
+            ["/usr/bin/python3", script, "--session-key", self.KEY,
+             "--lifetime", str(lifetime), *args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        m = _wait_line(self.proc, r"listening on (http://\S+)",
+                       "credential fakes")
+        self.url = m.group(1)
+
+    def _call(self, method, path, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}/_fake/{path}", data=data,
+                                     method=method)
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read() or b"null")
+
+    def requests(self):
+        """What was asked so far, in order ("imds-token", "sts:AssumeRole",
+        "container"...)."""
+        return self._call("GET", "requests")["requests"]
+
+    def issued(self):
+        return self._call("GET", "requests")["issued"]
+
+    def secrets(self):
+        """Every secret key, session token and IMDS token handed out."""
+        return self._call("GET", "secrets")
+
+    def reset(self):
+        self._call("POST", "requests/reset", {})
+
+    def config(self, **kw):
+        self._call("POST", "config", kw)
+
+    def stop(self):
+        stop_process(self.proc)

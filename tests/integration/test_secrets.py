@@ -6,7 +6,11 @@ level, syslog), not in the daemon's /proc/PID/cmdline nor in /proc/mounts,
 also on the error paths (403 SignatureDoesNotMatch with the server's
 CanonicalRequest, which holds the token; a dead endpoint; a vanished
 object).  Options that would carry a secret are refused without echoing
-it."""
+it.  The same for every credential provider (tests/credfakes): web
+identity, AssumeRole from a source profile, credential_process, the
+container endpoint and IMDS, with the tokens they are given, the IMDS
+session token and every session key they hand out, across refreshes and
+on their error paths."""
 
 import os
 import secrets
@@ -30,7 +34,14 @@ AKID = "AKIDSECRETSTEST"
 SECRET = "bfsS3cretK3y" + secrets.token_hex(10)
 TOKEN = "bfsT0ken" + secrets.token_hex(16)
 WRONG = "bfsWr0ngS3cret" + secrets.token_hex(10)
-NEEDLES = (SECRET, TOKEN, WRONG)
+WEB_TOKEN = "bfsWebT0ken" + secrets.token_hex(16)
+BAD_WEB_TOKEN = "bfsBadWebT0ken" + secrets.token_hex(16)
+CONTAINER_TOKEN = "bfsC0ntainerT0ken" + secrets.token_hex(16)
+SRC_AK = "AKIDSOURCESECRETS"
+SRC_SECRET = "bfsSrcS3cret" + secrets.token_hex(10)
+NEEDLES = [SECRET, TOKEN, WRONG, WEB_TOKEN, BAD_WEB_TOKEN, CONTAINER_TOKEN,
+           SRC_SECRET]
+ROLE = "arn:aws:iam::123456789012:role/bfs-secrets"
 BODY = b"secret-free bytes\n"
 
 
@@ -100,7 +111,11 @@ class SecretsTest(unittest.TestCase):
         cls.syslog = SyslogCapture()
         cls.server = harness.TestServer(
             "--bucket", f"sec={cls.data}",
-            "--access-key", f"{AKID}:{SECRET}:{TOKEN}")
+            "--access-key", f"{AKID}:{SECRET}:{TOKEN}",
+            "--session-key", harness.CredFakes.KEY)
+        cls.fakes = harness.CredFakes(
+            "--web-token", WEB_TOKEN, "--container-token", CONTAINER_TOKEN,
+            "--source-key", f"{SRC_AK}:{SRC_SECRET}", lifetime=4)
         cls.creds = os.path.join(cls.tmp, "credentials")
         cls.write_creds(cls.creds, SECRET)
         cls.wrong_creds = os.path.join(cls.tmp, "wrong-credentials")
@@ -117,6 +132,9 @@ class SecretsTest(unittest.TestCase):
     @classmethod
     def tearDownClass(cls):
         cls.server.stop()
+        # What the fakes handed out is secret too, in syslog as anywhere.
+        NEEDLES.extend(cls.fakes.secrets())
+        cls.fakes.stop()
         try:
             # Last: everything the programs sent to syslog, all tests.
             text = cls.syslog.text()
@@ -133,7 +151,7 @@ class SecretsTest(unittest.TestCase):
     def assertClean(self, text, what):
         if isinstance(text, bytes):
             text = text.decode(errors="replace")
-        for n in NEEDLES:
+        for n in NEEDLES + self.fakes.secrets():
             i = text.find(n)
             if i >= 0:
                 self.fail(f"a secret in {what}: ..."
@@ -282,6 +300,116 @@ class SecretsTest(unittest.TestCase):
         self.assertNotEqual(r.returncode, 0)
         self.assertIn(b"127.0.0.1", out)
         self.assertClean(out, "bucketfs -d output")
+
+    # -- the providers ----------------------------------------------------
+
+    def provider_env(self, name, **extra):
+        """An environment with no static keys and the provider @name."""
+        env = harness.client_env(**extra)
+        del env["AWS_ACCESS_KEY_ID"]
+        del env["AWS_SECRET_ACCESS_KEY"]
+        f = self.fakes.url
+        if name == "web-identity":
+            env.update(AWS_WEB_IDENTITY_TOKEN_FILE=self.token_file(WEB_TOKEN),
+                       AWS_ROLE_ARN=ROLE, AWS_ENDPOINT_URL_STS=f)
+        elif name == "assume-role":
+            creds = os.path.join(self.tmp, "src-credentials")
+            conf = os.path.join(self.tmp, "role-config")
+            with open(creds, "w") as fh:
+                fh.write(f"[src]\naws_access_key_id = {SRC_AK}\n"
+                         f"aws_secret_access_key = {SRC_SECRET}\n")
+            with open(conf, "w") as fh:
+                fh.write(f"[default]\nrole_arn = {ROLE}\nsource_profile = src\n")
+            env.update(AWS_SHARED_CREDENTIALS_FILE=creds, AWS_CONFIG_FILE=conf,
+                       AWS_ENDPOINT_URL_STS=f)
+        elif name == "credential-process":
+            conf = os.path.join(self.tmp, "process-config")
+            script = os.path.join(self.tmp, "process.sh")
+            with open(script, "w") as fh:
+                # Hands out the source keys: static, secret, in its stdout.
+                fh.write("#!/bin/sh\nprintf '{\"Version\": 1, \"AccessKeyId\": "
+                         f"\"{AKID}\", \"SecretAccessKey\": \"{SECRET}\", "
+                         f"\"SessionToken\": \"{TOKEN}\"}}'\n")
+            os.chmod(script, 0o700)
+            with open(conf, "w") as fh:
+                fh.write(f"[default]\ncredential_process = {script}\n")
+            env.update(AWS_CONFIG_FILE=conf)
+        elif name == "container":
+            env.update(AWS_CONTAINER_CREDENTIALS_FULL_URI=f + "/container/x",
+                       AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE=self.token_file(
+                           CONTAINER_TOKEN))
+        elif name == "imds":
+            del env["AWS_EC2_METADATA_DISABLED"]
+            env.update(AWS_EC2_METADATA_SERVICE_ENDPOINT=f,
+                       AWS_METADATA_SERVICE_TIMEOUT="10")
+        return env
+
+    def token_file(self, token):
+        p = os.path.join(self.tmp, f"token-{secrets.token_hex(4)}")
+        with open(p, "w") as f:
+            f.write(token)
+        os.chmod(p, 0o600)
+        return p
+
+    PROVIDERS = ("web-identity", "assume-role", "credential-process",
+                 "container", "imds")
+
+    def test_providers_mount(self):
+        """Each provider at debug level, across two refreshes."""
+        for name in self.PROVIDERS:
+            with self.subTest(provider=name):
+                env = self.provider_env(name)
+                mnt, proc, log = self.mount(env)
+                self.assertTrue(os.path.ismount(mnt), self.output(log))
+                self.check_live_mount(mnt)
+                self.exercise(mnt)
+                if name != "credential-process":
+                    # Two refreshes of 4-second credentials.
+                    self.assertTrue(self.wait_log(log, b"credentials: refreshed", 2),
+                                    self.output(log))
+                with open(os.path.join(mnt, "d", "a.txt"), "rb") as f:
+                    self.assertEqual(f.read(), BODY)
+                self.assertEqual(subprocess.run(["fusermount3", "-u",
+                                                 mnt]).returncode, 0)
+                self.assertEqual(proc.wait(60), 0, self.output(log))
+                out = self.output(log)
+                self.assertIn(f"credentials: from {name} (".encode(), out)
+                self.assertClean(out, f"bucketfs -d output ({name})")
+                self.run_tool("bucketfs-doctor", "-v", "-o",
+                              f"endpoint={self.server.url}", "s3://sec",
+                              env=env, expect=0)
+
+    def wait_log(self, log, text, count, timeout=60):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.output(log).count(text) >= count:
+                return True
+            time.sleep(0.1)
+        return False
+
+    def test_providers_errors(self):
+        """The failures, which quote what went wrong, but no token."""
+        cases = [("web-identity", {"AWS_WEB_IDENTITY_TOKEN_FILE":
+                                   self.token_file(BAD_WEB_TOKEN)},
+                  "InvalidIdentityToken"),
+                 ("container", {"AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE":
+                                self.token_file(BAD_WEB_TOKEN)}, "HTTP 401"),
+                 ("assume-role", {"AWS_ENDPOINT_URL_STS":
+                                  f"http://127.0.0.1:{harness.free_port()}"},
+                  "curl 7")]
+        for name, extra, what in cases:
+            with self.subTest(provider=name):
+                env = self.provider_env(name)
+                env.update(extra)
+                mnt, proc, log = self.mount(env)
+                self.assertNotEqual(proc.wait(60), 0)
+                out = self.output(log)
+                self.assertIn(what.encode(), out)
+                self.assertClean(out, f"bucketfs -d output ({name})")
+                _, out = self.run_tool("bucketfs-doctor", "-v", "-o",
+                                       f"endpoint={self.server.url}",
+                                       "s3://sec", env=env, expect=1)
+                self.assertIn(what, out)
 
     # -- tools ------------------------------------------------------------
 

@@ -145,6 +145,10 @@ rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw data = $dir/rgw
 rgw enable usage log = false
 rgw thread pool size = 64
+# STS (AssumeRole) for the credential tests: a 16-byte key of this
+# private cluster, and session tokens accepted as S3 credentials.
+rgw sts key = bucketfsstskey16
+rgw s3 auth use sts = true
 EOF
 }
 

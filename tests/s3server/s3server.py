@@ -71,6 +71,10 @@ import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, quote_plus, unquote_to_bytes
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "credfakes"))
+import credfakes  # noqa: E402  (the session credentials the fakes issue)
+
 S3_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
 DEFAULT_ACCESS_KEY = "bucketfs-test"
 DEFAULT_SECRET_KEY = "bucketfs-test-secret"
@@ -733,6 +737,7 @@ class Authenticator:
     def __init__(self, keys, region, verify, anonymous_ok, clock):
         self.keys = keys                # access key -> (secret, token or None)
         self.expired = frozenset()      # access keys whose token has expired
+        self.session_key = None         # --session-key: tests/credfakes' sessions
         self.region = region
         self.verify = verify
         self.anonymous_ok = anonymous_ok
@@ -834,6 +839,8 @@ class Authenticator:
             raise S3Error(malformed, "The authorization header is malformed; Invalid credential "
                           "date. Date is not the same as X-Amz-Date.")
         keys = self.keys                # one snapshot: POST keys may swap it
+        if self.session_key and access_key.startswith("ASIA") and access_key not in keys:
+            keys = self._session_keys(access_key, token)
         if access_key in self.expired:
             # Like STS credentials past their expiry: S3 answers 400
             # ExpiredToken before looking at the signature.
@@ -888,6 +895,15 @@ class Authenticator:
                           extra=[("ArgumentName", "x-amz-content-sha256"),
                                  ("ArgumentValue", payload)])
         return payload
+
+    def _session_keys(self, access_key, token):
+        """A session the credential fakes issued: its secret derives from
+        the key id, its token carries its expiry (tests/credfakes)."""
+        secret, code = credfakes.check_session(self.session_key, access_key, token,
+                                               self.clock())
+        if code:
+            raise S3Error(code)
+        return {access_key: (secret, token)}
 
     def _parse_amz_date(self, amz_date):
         try:
@@ -2081,6 +2097,9 @@ def build_parser():
     p.add_argument("--anonymous-ok", action="store_true",
                    help="accept requests without an Authorization header")
     p.add_argument("--no-verify", action="store_true", help="skip all authentication")
+    p.add_argument("--session-key", metavar="KEY",
+                   help="also accept the session credentials tests/credfakes issues with "
+                        "this key, and answer ExpiredToken once they expire")
     p.add_argument("--region", default="us-east-1", help="region expected in credential scopes")
     p.add_argument("--domain", default="localhost",
                    help="virtual-hosted style domain: Host: BUCKET.DOMAIN (default localhost)")
@@ -2130,6 +2149,7 @@ def main(argv=None):
     app = S3App(buckets, keys, region=args.region, domain=args.domain,
                 verify=not args.no_verify, anonymous_ok=args.anonymous_ok,
                 quiet=args.quiet, timeout=args.timeout)
+    app.auth.session_key = args.session_key
     scheme = "http"
     if args.tls_cert:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -43,6 +43,8 @@ static void fixture_setup(struct fixture *f, gconstpointer data)
 	g_setenv("AWS_SHARED_CREDENTIALS_FILE", f->conf_path, TRUE);
 	/* No bucketfs.conf of this machine; the file tests name theirs. */
 	g_setenv("BUCKETFS_CONFIG", "none", TRUE);
+	/* No test may reach a real instance metadata service. */
+	g_setenv("AWS_EC2_METADATA_DISABLED", "true", TRUE);
 	config_init(&f->cfg);
 }
 
