@@ -86,11 +86,17 @@ static const char mount_help[] =
 "                          FUSE's 128 KiB; 0 leaves it alone)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 256);\n"
 "                          streams in listing order get as many\n"
-"    direct_io=small|all|none  which files bypass the kernel's page\n"
-"                          cache: those fetched whole (small, the\n"
-"                          default: one copy less, but mmap(MAP_SHARED)\n"
-"                          of them fails with ENODEV), every file, or\n"
-"                          none\n"
+"    readahead=all|hints|streams|none  which prefetch sources are on:\n"
+"                          both (all, the default), only the announced\n"
+"                          order (hints: setxattr user.bucketfs.prefetch),\n"
+"                          only the guesses of streams in listing order,\n"
+"                          or none (an open still fetches its file whole)\n"
+"    direct_io=none|small|all  which files bypass the kernel's page\n"
+"                          cache: none (the default: a file fetched\n"
+"                          whole is stored there at open, and every file\n"
+"                          maps), those fetched whole, or every file\n"
+"                          (one copy less, but mmap(MAP_SHARED) of them\n"
+"                          fails with ENODEV)\n"
 "    writable              let names the index doesn't have be created,\n"
 "                          written (uploaded whole with one PUT at\n"
 "                          close), removed, and looked up on S3; mkdir\n"
@@ -264,8 +270,31 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		m->fs.write_max = (guint64)d;
 		return TRUE;
 	}
+	if (!strcmp(name, "readahead")) {
+		static const char *const srcs[] = { "all", "streams", "hints",
+						    "none" };
+		guint i;
+
+		G_STATIC_ASSERT(RA_HINTS == 1 && RA_STREAMS == 2);
+		/* The index is the sources turned off: "streams" has hints
+		 * (RA_HINTS) off, "hints" streams (RA_STREAMS). */
+		for (i = 0; i < G_N_ELEMENTS(srcs); i++)
+			if (!strcmp(v, srcs[i])) {
+				m->fs.readahead.sources_off = i;
+				return TRUE;
+			}
+		{
+			g_autofree char *e = log_escape(v, -1);
+
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'readahead': '%s' is not 'all', "
+				    "'hints', 'streams' or 'none'",
+				    e);
+		}
+		return FALSE;
+	}
 	if (!strcmp(name, "direct_io")) {
-		static const char *const modes[] = { "small", "all", "none" };
+		static const char *const modes[] = { "none", "small", "all" };
 		guint i;
 
 		for (i = 0; i < G_N_ELEMENTS(modes); i++)
@@ -277,8 +306,8 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 			g_autofree char *e = log_escape(v, -1);
 
 			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'direct_io': '%s' is not 'small', "
-				    "'all' or 'none'",
+				    "option 'direct_io': '%s' is not 'none', "
+				    "'small' or 'all'",
 				    e);
 		}
 		return FALSE;
