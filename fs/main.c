@@ -127,6 +127,30 @@ static void print_help(void)
 
 /* -- options ------------------------------------------------------------ */
 
+/* The index of @v among the @n @choices of option @name, or -1 with
+ * @error set. */
+static int parse_choice(const char *name, const char *v,
+			const char *const *choices, guint n, GError **error)
+{
+	g_autoptr(GString) list = g_string_new(NULL);
+	g_autofree char *e = NULL;
+	guint i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(v, choices[i]))
+			return (int)i;
+	for (i = 0; i < n; i++)
+		g_string_append_printf(list, "%s'%s'",
+				       !i	    ? ""
+				       : i + 1 == n ? " or "
+						    : ", ",
+				       choices[i]);
+	e = log_escape(v, -1);
+	g_set_error(error, BFS_ERROR, EINVAL, "option '%s': '%s' is not %s",
+		    name, e, list->str);
+	return -1;
+}
+
 static gboolean parse_number(const char *name, const char *v, double max,
 			     double *out, GError **error)
 {
@@ -271,46 +295,27 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "readahead")) {
-		static const char *const srcs[] = { "all", "streams", "hints",
-						    "none" };
-		guint i;
-
-		G_STATIC_ASSERT(RA_HINTS == 1 && RA_STREAMS == 2);
 		/* The index is the sources turned off: "streams" has hints
 		 * (RA_HINTS) off, "hints" streams (RA_STREAMS). */
-		for (i = 0; i < G_N_ELEMENTS(srcs); i++)
-			if (!strcmp(v, srcs[i])) {
-				m->fs.readahead.sources_off = i;
-				return TRUE;
-			}
-		{
-			g_autofree char *e = log_escape(v, -1);
+		static const char *const srcs[] = { "all", "streams", "hints",
+						    "none" };
+		int i = parse_choice(name, v, srcs, G_N_ELEMENTS(srcs), error);
 
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'readahead': '%s' is not 'all', "
-				    "'hints', 'streams' or 'none'",
-				    e);
-		}
-		return FALSE;
+		G_STATIC_ASSERT(RA_HINTS == 1 && RA_STREAMS == 2);
+		if (i < 0)
+			return FALSE;
+		m->fs.readahead.sources_off = (guint)i;
+		return TRUE;
 	}
 	if (!strcmp(name, "direct_io")) {
 		static const char *const modes[] = { "none", "small", "all" };
-		guint i;
+		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
+				     error);
 
-		for (i = 0; i < G_N_ELEMENTS(modes); i++)
-			if (!strcmp(v, modes[i])) {
-				m->fs.direct_io = (enum fs_direct_io)i;
-				return TRUE;
-			}
-		{
-			g_autofree char *e = log_escape(v, -1);
-
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'direct_io': '%s' is not 'none', "
-				    "'small' or 'all'",
-				    e);
-		}
-		return FALSE;
+		if (i < 0)
+			return FALSE;
+		m->fs.direct_io = (enum fs_direct_io)i;
+		return TRUE;
 	}
 	if (!strcmp(name, "index_url")) {
 		g_clear_pointer(&m->pub_bucket, g_free);

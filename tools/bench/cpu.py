@@ -58,6 +58,22 @@ def thread_ticks(pid, counts=None):
     return out
 
 
+def switches(pid):
+    """Context switches (voluntary + not) of @pid's threads so far: one per
+    wake-up and more, so their count per file says how often the daemon's
+    threads sleep and are woken for a file."""
+    n = 0
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if "ctxt_switches:" in line:
+                        n += int(line.split()[1])
+        except (OSError, ValueError):
+            continue
+    return n
+
+
 def machine_idle():
     """(idle + iowait, total) jiffies of all CPUs so far."""
     with open("/proc/stat") as f:
@@ -112,6 +128,7 @@ class CpuProbe:
         self.idle0 = machine_idle()
         self.proc0 = process_ticks(pid) if pid else 0
         self.threads0 = thread_ticks(pid) if pid else {}
+        self.switches0 = switches(pid) if pid else 0
 
     def stop(self, files=0, nbytes=0, wall_s=0.0):
         out = {"busy_pct": busy_since(self.idle0)}
@@ -138,6 +155,11 @@ class CpuProbe:
             out["cpu_error"] = "the daemon's /proc entry: %s" % exc
             return out
         out["cpu_s"] = cpu_s
+        try:
+            out["switches_per_file"] = (switches(self.pid) - self.switches0) / files \
+                if files else None
+        except OSError:
+            pass
         out["cpu_ms_per_file"] = cpu_s * 1e3 / files if files else None
         out["cpu_s_per_gb"] = cpu_s / (nbytes / 1e9) if nbytes else None
         out["core_pct"] = 100.0 * cpu_s / wall_s if wall_s else None
@@ -168,6 +190,8 @@ def describe(cost):
               if v.get("core_pct") and v["core_pct"] >= 0.5]
         if th:
             parts.append("threads (%% of a core): %s" % ", ".join(th))
+    if cost.get("switches_per_file") is not None:
+        parts.append("%.1f daemon context switches/file" % cost["switches_per_file"])
     if cost.get("total_ms_per_file") is not None:
         parts.append("every process %.3f ms CPU/file" % cost["total_ms_per_file"])
     elif cost.get("total_s_per_gb") is not None:
