@@ -30,9 +30,10 @@ struct fs;
 
 /* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
 enum fs_direct_io {
+	FS_DIRECT_IO_NONE,  /* none (the default): every file through the page
+			     * cache, small ones stored there at open */
 	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
 	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
-	FS_DIRECT_IO_NONE,  /* none: every read goes through the page cache */
 };
 
 struct fs_options {

@@ -86,11 +86,17 @@ static const char mount_help[] =
 "                          FUSE's 128 KiB; 0 leaves it alone)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 256);\n"
 "                          streams in listing order get as many\n"
-"    direct_io=small|all|none  which files bypass the kernel's page\n"
-"                          cache: those fetched whole (small, the\n"
-"                          default: one copy less, but mmap(MAP_SHARED)\n"
-"                          of them fails with ENODEV), every file, or\n"
-"                          none\n"
+"    readahead=all|hints|streams|none  which prefetch sources are on:\n"
+"                          both (all, the default), only the announced\n"
+"                          order (hints: setxattr user.bucketfs.prefetch),\n"
+"                          only the guesses of streams in listing order,\n"
+"                          or none (an open still fetches its file whole)\n"
+"    direct_io=none|small|all  which files bypass the kernel's page\n"
+"                          cache: none (the default: a file fetched\n"
+"                          whole is stored there at open, and every file\n"
+"                          maps), those fetched whole, or every file\n"
+"                          (one copy less, but mmap(MAP_SHARED) of them\n"
+"                          fails with ENODEV)\n"
 "    writable              let names the index doesn't have be created,\n"
 "                          written (uploaded whole with one PUT at\n"
 "                          close), removed, and looked up on S3; mkdir\n"
@@ -120,6 +126,30 @@ static void print_help(void)
 }
 
 /* -- options ------------------------------------------------------------ */
+
+/* The index of @v among the @n @choices of option @name, or -1 with
+ * @error set. */
+static int parse_choice(const char *name, const char *v,
+			const char *const *choices, guint n, GError **error)
+{
+	g_autoptr(GString) list = g_string_new(NULL);
+	g_autofree char *e = NULL;
+	guint i;
+
+	for (i = 0; i < n; i++)
+		if (!strcmp(v, choices[i]))
+			return (int)i;
+	for (i = 0; i < n; i++)
+		g_string_append_printf(list, "%s'%s'",
+				       !i	    ? ""
+				       : i + 1 == n ? " or "
+						    : ", ",
+				       choices[i]);
+	e = log_escape(v, -1);
+	g_set_error(error, BFS_ERROR, EINVAL, "option '%s': '%s' is not %s",
+		    name, e, list->str);
+	return -1;
+}
 
 static gboolean parse_number(const char *name, const char *v, double max,
 			     double *out, GError **error)
@@ -264,24 +294,28 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		m->fs.write_max = (guint64)d;
 		return TRUE;
 	}
+	if (!strcmp(name, "readahead")) {
+		/* The index is the sources turned off: "streams" has hints
+		 * (RA_HINTS) off, "hints" streams (RA_STREAMS). */
+		static const char *const srcs[] = { "all", "streams", "hints",
+						    "none" };
+		int i = parse_choice(name, v, srcs, G_N_ELEMENTS(srcs), error);
+
+		G_STATIC_ASSERT(RA_HINTS == 1 && RA_STREAMS == 2);
+		if (i < 0)
+			return FALSE;
+		m->fs.readahead.sources_off = (guint)i;
+		return TRUE;
+	}
 	if (!strcmp(name, "direct_io")) {
-		static const char *const modes[] = { "small", "all", "none" };
-		guint i;
+		static const char *const modes[] = { "none", "small", "all" };
+		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
+				     error);
 
-		for (i = 0; i < G_N_ELEMENTS(modes); i++)
-			if (!strcmp(v, modes[i])) {
-				m->fs.direct_io = (enum fs_direct_io)i;
-				return TRUE;
-			}
-		{
-			g_autofree char *e = log_escape(v, -1);
-
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'direct_io': '%s' is not 'small', "
-				    "'all' or 'none'",
-				    e);
-		}
-		return FALSE;
+		if (i < 0)
+			return FALSE;
+		m->fs.direct_io = (enum fs_direct_io)i;
+		return TRUE;
 	}
 	if (!strcmp(name, "index_url")) {
 		g_clear_pointer(&m->pub_bucket, g_free);

@@ -16,6 +16,7 @@
 #include "error.h"
 #include "fs_internal.h"
 #include "log.h"
+#include "open_path.h"
 #include "overlay_ops.h"
 #include "stats.h"
 
@@ -296,9 +297,12 @@ static void announce(struct fs *fs, struct index *idx, index_id id)
 static void follow_listing(struct fs *fs, struct index *idx, index_id id,
 			   guint64 reader)
 {
-	g_autoptr(GArray) ahead = g_array_new(FALSE, FALSE, sizeof(guint64));
+	g_autoptr(GArray) ahead = NULL;
 	guint i;
 
+	if (!readahead_source_on(fs->ra, RA_STREAMS))
+		return; /* -o readahead= without streams */
+	ahead = g_array_new(FALSE, FALSE, sizeof(guint64));
 	g_mutex_lock(&fs->lock);
 	if (!fs->streams) {
 		/* The streams share the guesses' depth (readahead.h). */
@@ -313,57 +317,6 @@ static void follow_listing(struct fs *fs, struct index *idx, index_id id,
 	g_mutex_unlock(&fs->lock);
 	for (i = 0; i < ahead->len; i++)
 		announce_entry(fs, idx, g_array_index(ahead, guint64, i), TRUE);
-}
-
-/*
- * Whether reads of an object of @size skip the kernel's page cache: the
- * reply is then copied straight into the reader's buffer, one copy instead
- * of a copy into fresh page-cache pages plus another out of them, and one
- * FUSE read per read(2) instead of the kernel's readahead pieces.  Objects
- * fetched whole are read once per epoch, so the cache gains them nothing;
- * large ones keep it by default, for mmap(MAP_SHARED), which a direct_io
- * file refuses with ENODEV.
- */
-static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
-{
-	switch (fs->opts.direct_io) {
-	case FS_DIRECT_IO_ALL:
-		return TRUE;
-	case FS_DIRECT_IO_NONE:
-		return FALSE;
-	default:
-		return size <= readahead_whole_max(fs->ra);
-	}
-}
-
-/*
- * Hands the bytes of @rf's object to the kernel's page cache for node
- * @ino, if the object is fetched whole, here already (fetched ahead) and
- * no other file is open on it; TRUE if it did.  The kernel then answers
- * every read itself: DLIO's reads of 4 KiB, 60 KiB and 64 KiB are a FUSE
- * round trip each otherwise.  Only while the node's pages can be trusted
- * (it is of the current index), and not with direct_io=all.  From open,
- * before the reply: no read of this file is in flight, and none of
- * another file (none is open), so no page is locked under the store.
- */
-static gboolean hand_over(struct fs *fs, fuse_ino_t ino, struct ra_file *rf,
-			  guint64 size)
-{
-	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(size);
-	g_autoptr(GBytes) whole = NULL;
-	gboolean alone = FALSE;
-
-	if (!fs->se || fs->opts.direct_io == FS_DIRECT_IO_ALL || size == 0 ||
-	    size > readahead_whole_max(fs->ra) || !is_current(fs, ino))
-		return FALSE;
-	whole = readahead_peek_whole(rf, &alone);
-	if (!whole || !alone || g_bytes_get_size(whole) != size)
-		return FALSE;
-	bv.buf[0].mem = (void *)g_bytes_get_data(whole, NULL);
-	if (fuse_lowlevel_notify_store(fs->se, ino, 0, &bv, 0) != 0)
-		return FALSE;
-	__atomic_add_fetch(&fs->handed_over, 1, __ATOMIC_RELAXED);
-	return TRUE;
 }
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -400,14 +353,8 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	follow_listing(fs, idx, id, (guint64)fuse_req_ctx(req)->pid);
 	fi->fh = (uint64_t)(uintptr_t)h;
-	/* Pages stay valid while the object can't change under the index:
-	 * the GET's If-Match guarantees it. */
-	fi->direct_io = !hand_over(fs, ino, h->rf, a.size) &&
-			bypasses_page_cache(fs, a.size);
-	fi->keep_cache = !fi->direct_io && is_current(fs, ino);
 	fi->noflush = 1;
-	if (fuse_reply_open(req, fi) != 0)
-		handle_free(fs, h);
+	open_answer(req, fs, ino, h, fi, a.size);
 out:
 	index_unref(idx);
 }
@@ -422,20 +369,6 @@ struct read_call {
 	char *key;
 	gint answered; /* atomic */
 };
-
-/* How a failed read reads in the log, past the cause chain. */
-static const char *read_hint(int code)
-{
-	switch (code) {
-	case ESTALE:
-		return "the object changed after the index was built "
-		       "(rebuild it: bucketfs-index build, then SIGHUP)";
-	case ENOENT:
-		return "the object vanished after the index was built";
-	default:
-		return NULL;
-	}
-}
 
 /*
  * libfuse calls this with the request's lock held, which
@@ -465,11 +398,7 @@ static void read_done(const void *buf, gsize len, const GError *error,
 	/* Returns once a running read_interrupted() has; none comes later. */
 	fuse_req_interrupt_func(rc->req, NULL, NULL);
 	if (error) {
-		const char *hint = read_hint(bfs_error_errno(error));
-		g_autofree char *k = log_escape(rc->key, -1);
-
-		log_error(LOG_LEVEL_ERR, error, "read '%s'%s%s", k,
-			  hint ? ": " : "", hint ? hint : "");
+		open_log_read_error(rc->key, error);
 		fuse_reply_err(rc->req, bfs_error_errno(error));
 	} else {
 		fuse_reply_buf(rc->req, buf, len);

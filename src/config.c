@@ -802,6 +802,7 @@ static const char *const mount_keys[] = {
 	"window_max",
 	"memory_max",
 	"prefetch_depth",
+	"readahead",
 	"direct_io",
 	"write_max",
 	"writable?",

@@ -373,7 +373,8 @@ static void announce(struct readahead *ra, const char *key, const char *etag,
 {
 	struct announce *a;
 
-	if (size == 0 || size > ra->o.whole_max)
+	if (size == 0 || size > ra->o.whole_max ||
+	    !readahead_source_on(ra, guess ? RA_STREAMS : RA_HINTS))
 		return;
 	g_mutex_lock(&ra->lock);
 	if (repeats(ra, key, guess)) {
@@ -915,6 +916,11 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 guint64 readahead_whole_max(const struct readahead *ra)
 {
 	return ra->o.whole_max;
+}
+
+gboolean readahead_source_on(const struct readahead *ra, guint source)
+{
+	return !(ra->o.sources_off & source);
 }
 
 guint readahead_guess_depth(const struct readahead *ra)

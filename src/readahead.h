@@ -55,7 +55,18 @@ struct ra_options {
 			       * within that much of each other */
 	guint prefetch_depth; /* announced objects fetched ahead (256);
 			       * guesses: see readahead_guess_depth() */
+	guint sources_off;    /* prefetch sources turned off: RA_HINTS,
+			       * RA_STREAMS (0: both on) */
 };
+
+/* The prefetch sources (-o readahead=): readahead_prefetch()'s hints and
+ * readahead_guess()'s stream guesses.  One turned off drops what it
+ * announces. */
+#define RA_HINTS   1u
+#define RA_STREAMS 2u
+
+/* Whether prefetch source @source (RA_HINTS or RA_STREAMS) is on. */
+gboolean readahead_source_on(const struct readahead *ra, guint source);
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);

@@ -13,6 +13,7 @@ packages=(
 	build-essential meson ninja-build pkg-config clang libclang-rt-14-dev
 	llvm libfuse3-dev fuse3 libcurl4-openssl-dev libssl-dev libxml2-dev
 	libglib2.0-dev libjson-glib-dev libxxhash-dev python3 python3-botocore
+	python3-numpy
 	curl clang-format
 	debhelper
 	radosgw ceph-mon ceph-osd ceph-common

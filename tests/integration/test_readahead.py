@@ -81,37 +81,6 @@ class ReadaheadTest(harness.MountCase):
             self.assertLess(time.monotonic(), deadline, st)
             time.sleep(0.02)
 
-    def test_page_cache_bypass_and_mmap(self):
-        """direct_io=small (default): files fetched whole skip the page
-        cache, so MAP_SHARED gives ENODEV and MAP_PRIVATE works; large
-        files keep the cache and map shared; direct_io=none maps all."""
-        import mmap
-
-        def mapped(path, flags):
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                with mmap.mmap(f.fileno(), size, flags=flags,
-                               prot=mmap.PROT_READ) as mm:
-                    return mm[:]
-
-        m = self.mount()
-        small = m.path("mid.bin")
-        with self.assertRaises(OSError) as cm:
-            mapped(small, mmap.MAP_SHARED)
-        self.assertEqual(cm.exception.errno, errno.ENODEV)
-        self.assertEqual(mapped(small, mmap.MAP_PRIVATE), self.mid)
-        self.assertEqual(mapped(m.path("big.bin"), mmap.MAP_SHARED),
-                         self.big)
-        m.unmount()
-        self.mounts.remove(m)
-        m = self.mount("direct_io=none")
-        self.assertEqual(mapped(m.path("mid.bin"), mmap.MAP_SHARED), self.mid)
-        m.unmount()
-        self.mounts.remove(m)
-        with self.assertRaises(RuntimeError) as cm:
-            self.mount("direct_io=sometimes")
-        self.assertIn("option 'direct_io': 'sometimes' is not", str(cm.exception))
-
     def test_small_object_is_one_get(self):
         m = self.mount()
         before = self.gets()
@@ -232,6 +201,40 @@ class ReadaheadTest(harness.MountCase):
         with self.assertRaises(OSError) as cm:
             os.setxattr(m.path("mid.bin"), "user.x", b"1")
         self.assertEqual(cm.exception.errno, errno.EROFS)
+
+    def test_readahead_switch_turns_each_source_off(self):
+        """-o readahead=: hints only, streams only, none; each read still
+        right, one GET per file, and the other source's counters at 0."""
+        names = sorted(self.small)
+        hinted = names[20:30]
+        for value, hints_on, streams_on in (("hints", True, False),
+                                            ("streams", False, True),
+                                            ("none", False, False)):
+            with self.subTest(readahead=value):
+                m = self.mount(f"readahead={value}")
+                before = self.gets()
+                os.setxattr(m.dir, "user.bucketfs.prefetch",
+                            "\n".join(hinted).encode())
+                deadline = time.monotonic() + 10
+                while hints_on and self.gets() - before < len(hinted):
+                    self.assertLess(time.monotonic(), deadline)
+                    time.sleep(0.02)
+                for n in names:  # listing order: a stream
+                    with open(m.path(n), "rb") as f:
+                        self.assertEqual(f.read(), self.small[n])
+                st = self.settled_stats(m)
+                ra = st["readahead"]
+                self.assertEqual(self.gets() - before, len(names), st)
+                self.assertEqual(ra["stream_fetched"] > 0, streams_on, st)
+                self.assertEqual(ra["prefetch_hits"] - ra["stream_hits"] > 0,
+                                 hints_on, st)
+                if not (hints_on or streams_on):
+                    self.assertEqual(ra["prefetch_hits"], 0, st)
+                m.unmount()
+                self.mounts.remove(m)
+        with self.assertRaises(RuntimeError) as cm:
+            self.mount("readahead=some")
+        self.assertIn("option 'readahead': 'some' is not", str(cm.exception))
 
     def test_hint_overtaken_by_readers_is_not_fetched_again(self):
         # A reader ahead of the prefetcher opens announced files whose

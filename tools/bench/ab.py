@@ -2,7 +2,7 @@
 """A/B two bucketfs builds on the DLIO load, in one sitting.
 
   tools/bench/ab.py A_BUILD_DIR B_BUILD_DIR [--runs N] [--files N]
-                    [--procs P] [--opts k=v,...] [--direct] [--hint]
+                    [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -13,7 +13,9 @@ name (% of one core) and how busy the whole machine was; at the end the
 medians and B / A.  --direct adds, per round, the two direct S3 paths of
 run.py's dlio measurement (curl -Z, and the same readers doing GETs) as
 references.  --hint announces each pass's order (user.bucketfs.prefetch)
-before it starts.  Measures only: no report is written.
+before it starts.  --pin runs everything pinned (rig.pin(): readers and
+endpoints on CPU 0, the daemon on CPU 1).  Each pass also gives the CPU per
+file of every process of its path.  Measures only: no report is written.
 
 A build directory is a meson build of any commit (for example
 `git worktree add /tmp/old HEAD~3 && meson setup /tmp/old/build /tmp/old
@@ -43,12 +45,13 @@ def mount_pass(r, ds, build, a, seed):
         random.Random(seed).shuffle(order)  # the order read_all() will use
         if a.hint:
             announce(m.mnt, order)
-        probe = cpu.CpuProbe(m.proc.pid)
+        probe = cpu.CpuProbe(m.proc.pid, others=r.endpoints.pids())
         res = readers.read_all([m.path(k) for k in ds.files], a.procs, seed=seed,
                                expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
         cost = probe.stop(files=res["files"], nbytes=res["bytes"], wall_s=res["wall_s"])
         res["cpu"] = {k: v["core_pct"] for k, v in cost.get("threads", {}).items()}
         res["cpu_ms_per_file"] = cost.get("cpu_ms_per_file")
+        res["total_ms_per_file"] = cost.get("total_ms_per_file")
         res["busy"] = cost["busy_pct"]
     return res
 
@@ -60,6 +63,8 @@ def line(label, res):
         s += "  machine %3.0f%% busy" % res["busy"]
     if res.get("cpu_ms_per_file") is not None:
         s += "  daemon %.3f ms CPU/file" % res["cpu_ms_per_file"]
+    if res.get("total_ms_per_file") is not None:
+        s += "  every process %.3f ms CPU/file" % res["total_ms_per_file"]
     if res.get("cpu"):
         s += "  threads CPU%%: %s" % ", ".join(
             "%s %.0f" % (k, v) for k, v in res["cpu"].items() if v >= 0.5)
@@ -78,6 +83,8 @@ def main():
                     help="also run the direct S3 paths each round")
     ap.add_argument("--hint", action="store_true",
                     help="announce each pass's order before it starts")
+    ap.add_argument("--pin", action="store_true",
+                    help="readers and endpoints on CPU 0, the daemon on CPU 1")
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
@@ -94,6 +101,8 @@ def main():
     r = rig.Rig(a.cache_dir, [ds])
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
+        if a.pin:
+            rig.pin(r.endpoints, True)
         for i in range(a.runs):
             for label in ("A", "B"):
                 res = mount_pass(r, ds, builds[label], a, i)
@@ -101,16 +110,18 @@ def main():
                 log(line(label, res))
             if a.direct:
                 rig.warm(ds.paths())
-                probe = cpu.CpuProbe()
+                probe = cpu.CpuProbe(others=r.endpoints.pids())
                 res = run.curl_direct(r, ds, a.procs, i, a.timeout)
-                res["busy"] = probe.stop()["busy_pct"]
+                cost = probe.stop(files=res.get("files", 0))
+                res["busy"], res["total_ms_per_file"] = cost["busy_pct"], cost["total_ms_per_file"]
                 results["curl -Z"].append(res)
                 log(line("curl -Z", res))
                 urls = [r.object_url(ds, k, j) for j, k in enumerate(ds.files)]
-                probe = cpu.CpuProbe()
+                probe = cpu.CpuProbe(others=r.endpoints.pids())
                 res = readers.read_all(urls, a.procs, seed=i,
                                        expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
-                res["busy"] = probe.stop()["busy_pct"]
+                cost = probe.stop(files=res.get("files", 0))
+                res["busy"], res["total_ms_per_file"] = cost["busy_pct"], cost["total_ms_per_file"]
                 results["py GETs"].append(res)
                 log(line("py GETs", res))
     finally:

@@ -169,7 +169,7 @@ class LatencyMixin:
                        urls=self.rig.endpoints.delay_urls[delay]) as m:
             before = daemon_stats(m.mnt)
             sampler = InflightSampler(m.mnt) if sample_inflight else None
-            probe = cpu.CpuProbe(m.proc.pid)
+            probe = cpu.CpuProbe(m.proc.pid, others=self.server_pids())
             if sampler:
                 sampler.start()
             try:
@@ -188,11 +188,23 @@ class LatencyMixin:
         return res
 
     @staticmethod
-    def referenced(fn):
-        """Runs a reference path @fn() and adds the machine's busy share."""
-        probe = cpu.CpuProbe()
+    def pin_suffix():
+        """The sections of a pinned pass (rig.pin()) are "latency-pinned"
+        and "large-pinned"."""
+        return "-pinned" if rig.PIN else ""
+
+    def server_pids(self):
+        """The endpoints' processes, whose CPU counts in a path's total."""
+        eps = getattr(self.rig, "endpoints", None)
+        return eps.pids() if hasattr(eps, "pids") else []
+
+    def referenced(self, fn):
+        """Runs a reference path @fn() and adds the machine's busy share and
+        the CPU of every process of the path."""
+        probe = cpu.CpuProbe(others=self.server_pids())
         res = fn()
-        res["cpu"] = probe.stop()
+        res["cpu"] = probe.stop(files=res.get("files", 0), nbytes=res.get("bytes", 0),
+                                wall_s=res.get("wall_s", 0))
         return res
 
     def record(self, sec, key, res, label):
@@ -233,8 +245,9 @@ class LatencyMixin:
         keys = list(ds.files)
         index_of = {k: i for i, k in enumerate(keys)}
         expect = lambda _: rig.RETINA_SIZE  # noqa: E731
-        sec = self.res["sections"]["latency"] = {
-            "name": "latency", "files": len(keys), "procs": a.procs,
+        name = "latency" + self.pin_suffix()
+        sec = self.res["sections"][name] = {
+            "name": name, "pinned": bool(rig.PIN), "files": len(keys), "procs": a.procs,
             "latencies": a.latency, "orders": a.order, "styles": a.style,
             "opts": a.opts, "cells": {}, "dlio_streams": len(dlio_shares(keys))}
         ref_orders = sorted({"dlio" if o == "dlio" else "random" for o in a.order})
@@ -339,10 +352,14 @@ class LatencyMixin:
         size = ds.total_bytes()
         src = os.path.join(ds.dir, "big.bin")
         part = a.part_mib << 20
-        sec = self.res["sections"]["large"] = {"name": "large", "size": size, "cells": {},
+        name = "large" + self.pin_suffix()
+        sec = self.res["sections"][name] = {"name": name, "pinned": bool(rig.PIN),
+                                            "size": size, "cells": {},
                                                "latencies": a.large_latency,
                                                "part": part, "opts": a.opts}
-        peers = [p for p in ("s3fs", "rclone") if p not in a.peers_skip]
+        # Pinned, only the mount and its references: a peer's daemon would
+        # share CPU 0 with dd.
+        peers = [p for p in ("s3fs", "rclone") if p not in a.peers_skip and not rig.PIN]
         mounts = {}
         try:
             for kind in peers:
@@ -380,7 +397,7 @@ class LatencyMixin:
                             continue
                         self.record(sec, cell_key(d, "ranged8" if "8 ranged" in label
                                                   else "ranged-mount"), res, label)
-                for kind in peers + ["local"]:
+                for kind in peers + ([] if rig.PIN else ["local"]):
                     if kind != "local" and kind not in mounts:
                         continue
                     try:
@@ -517,7 +534,8 @@ def _cell_medians(cell, metric):
             cell["median_" + k] = _median([x.get(k) for x in runs])
     cell["errors"] = sum(x.get("errors", 0) or 0 for x in runs)
     cell["median_busy_pct"] = _median([x["cpu"]["busy_pct"] for x in runs if x.get("cpu")])
-    for k in ("cpu_ms_per_file", "cpu_s_per_gb", "core_pct"):
+    for k in ("cpu_ms_per_file", "cpu_s_per_gb", "core_pct", "total_ms_per_file",
+              "total_s_per_gb"):
         cell["median_" + k] = _median([x["cpu"].get(k) for x in runs if x.get("cpu")])
     threads = {}
     for x in runs:

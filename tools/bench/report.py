@@ -250,8 +250,12 @@ def render(res, out, charts=True):
     lchart = latency_chart_path(out)
     sec_latency(secs.get("latency", {}), w, lchart, make_latency_chart(res, lchart) if charts
                 else "--print draws no chart", out)
+    if secs.get("latency-pinned"):
+        sec_latency(secs["latency-pinned"], w, None, None, out)
     sec_dlio(secs.get("dlio", {}), w, chart, chart_note, out)
     sec_large(secs.get("large", {}), w)
+    if secs.get("large-pinned"):
+        sec_large(secs["large-pinned"], w)
     sec_fio(secs.get("fio", {}), w)
     sec_npz(secs.get("npz", {}), w)
     sec_tree(secs.get("tree", {}), w)
@@ -308,6 +312,7 @@ def summary(res, w):
     if d or lg or tr:
         w("")
     targets(secs, w)
+    targets_pinned(secs, w)
     for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
         w("- **2 GiB `dd` at %s ms:** %s MB/s, %s of 8 ranged GETs and %s of part-sized "
           "ranged GETs with as many in flight; daemon CPU %s s per GB."
@@ -390,6 +395,58 @@ def targets(secs, w):
     if not rows:
         return
     w("Against the targets of issues 13 and 14 (medians of the runs' same-run ratios):")
+    w("")
+    table(w, ["Target", "Measured", "Met"], rows)
+    w("")
+
+
+# Issue 25, pinned: (delay, order) -> (the least ratio to the same readers
+# doing GETs, the least files/s); and the daemon's CPU, unpinned.
+TARGETS_PINNED = {(0, "random"): (1.0, None), (20, "random"): (0.97, None),
+                  (20, "dlio"): (2.0, NEED_FILES_S), (20, "announced"): (2.0, None),
+                  (50, "dlio"): (4.0, None), (50, "announced"): (4.0, None)}
+CPU_MS_PER_FILE_MAX_25 = 0.25
+CPU_S_PER_GB_MAX_25 = 0.5
+
+
+def targets_pinned(secs, w):
+    """Issue 25's targets: pinned ratios, and the daemon's CPU unpinned."""
+    rows = []
+    for dl, _p, o, st, c in cells_of(secs.get("latency-pinned", {}), "bucketfs"):
+        if (dl, o) not in TARGETS_PINNED:
+            continue
+        need, files = TARGETS_PINNED[(dl, o)]
+        r = c.get("ratio_py")
+        ok = r is not None and r >= need and (files is None or (c.get("median_files_s") or 0)
+                                              >= files)
+        rows.append(["pinned, %s ms, %s order, %s: ≥ %.2f× the same readers doing GETs%s"
+                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st), need,
+                        " and ≥ %s files/s" % n0(files) if files else ""),
+                     "%s× (%s files/s)" % (n2(r), n0(c.get("median_files_s"))),
+                     "yes" if ok else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("large-pinned", {}), "bucketfs"):
+        r = c.get("ratio_ranged8")
+        rows.append(["pinned, 2 GiB `dd` at %s ms: ≥ %.2f× of 8 ranged GETs"
+                     % (fmt_ms(dl), LARGE_MIN), "%s×" % n2(r),
+                     "yes" if r is not None and r >= LARGE_MIN else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("latency", {}), "bucketfs"):
+        if dl not in (0, 20):
+            continue
+        v = c.get("median_cpu_ms_per_file")
+        rows.append(["unpinned, %s ms, %s order, %s: daemon CPU ≤ %.2f ms per file"
+                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st),
+                        CPU_MS_PER_FILE_MAX_25),
+                     "%s ms" % ("{:.3f}".format(v) if v is not None else "–"),
+                     "yes" if v is not None and v <= CPU_MS_PER_FILE_MAX_25 else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
+        v = c.get("median_cpu_s_per_gb")
+        rows.append(["unpinned, 2 GiB `dd` at %s ms: daemon CPU ≤ %.1f s per GB"
+                     % (fmt_ms(dl), CPU_S_PER_GB_MAX_25), "%s s" % n2(v),
+                     "yes" if v is not None and v <= CPU_S_PER_GB_MAX_25 else "**no**"])
+    if not rows:
+        return
+    w("Against the targets of issue 25 (medians of the runs' same-run ratios; *pinned* is "
+      "a model of a host with a spare core, section 1b):")
     w("")
     table(w, ["Target", "Measured", "Met"], rows)
     w("")
@@ -594,10 +651,52 @@ ORDER_LABEL = {"random": "random", "dlio": "DLIO's", "announced": "announced ran
 STYLE_LABEL = {"whole": "one read()", "dlio": "DLIO's chunks"}
 
 
+PINNED_NOTE = (
+    "**Pinned: a model of a host with a spare core.** `run.py --pin pinned` (or `both`): "
+    "the readers, curl, dd, the 4 nginx endpoints and the test S3 server run on CPU 0 only "
+    "(`sched_setaffinity`), the bucketfs daemon on CPU 1 only (`taskset -c 1`); the "
+    "references get the same CPU 0, and their CPU 1 stays idle (but for other work on the "
+    "machine, which *busy* per CPU shows). ")
+TOTAL_NOTE = (
+    "*Every process* is the CPU of all the processes of the path over the pass, per file "
+    "(per GB for the large file): the daemon, the endpoints, the readers (or curl, dd) and "
+    "the bench itself (`/proc/PID/stat` and `getrusage`), so the cost of a path shows apart "
+    "from its speed. ")
+
+
+def total_cell(c, per="file"):
+    v = c.get("median_total_ms_per_file" if per == "file" else "median_total_s_per_gb")
+    if v is None:
+        return "–"
+    return ("%.3f ms" if per == "file" else "%.2f s") % v
+
+
+def busy_cell(c):
+    runs = [x["cpu"]["busy_per_cpu"] for x in c.get("runs", [])
+            if (x.get("cpu") or {}).get("busy_per_cpu")]
+    b = "%s%%" % n0(c.get("median_busy_pct"))
+    if runs and len(runs[0]) > 1:
+        b += " (%s)" % " / ".join("%.0f%%" % _med([r[i] for r in runs if len(r) > i])
+                                  for i in range(len(runs[0])))
+    return b
+
+
+def _med(vals):
+    vals = sorted(vals)
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+
+
 def sec_latency(s, w, chart, chart_note, out):
-    heading(w, "1. Through a remote store's latency (the latency rig)", s)
+    pinned = s.get("pinned")
+    heading(w, "1b. Pinned, through a remote store's latency (a model of a host with a "
+            "spare core)" if pinned else
+            "1. Through a remote store's latency (the latency rig)", s)
     if not s.get("cells"):
         return
+    if pinned:
+        w(PINNED_NOTE)
+        w("")
     w("%s RetinaNet files of 322,624 bytes, %s reader processes (DLIO's order: %s streams), "
       "each file read once per run, at each first-byte delay; every bucketfs row is a fresh "
       "mount%s. Each run measures the references just before and just after the mount's "
@@ -608,9 +707,10 @@ def sec_latency(s, w, chart, chart_note, out):
       "order for announced), **÷ curl** against `curl -Z --parallel-max %s`. CPU is the "
       "daemon's own (utime + stime from `/proc/PID/stat`, threads from "
       "`/proc/PID/task/*/stat`); *busy* is the whole machine over the pass (`/proc/stat`), "
-      "other helpers' work included."
+      "other helpers' work included, then each CPU's. %s"
       % (n0(s["files"]), s["procs"], s.get("dlio_streams"),
-         " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "", s["procs"]))
+         " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "", s["procs"],
+         TOTAL_NOTE))
     w("")
     rows = []
     for d, p, o, st, c in cells_of(s):
@@ -632,13 +732,15 @@ def sec_latency(s, w, chart, chart_note, out):
                      runs_ratio(c, "py") if p == "bucketfs" else "",
                      runs_ratio(c, "curl") if p == "bucketfs" else ""]
                     + (cpu_cells(c) if p == "bucketfs" else ["", ""])
-                    + [n2(c.get("median_gets_per_file")) if p == "bucketfs" else "", ra,
-                       n0(c.get("errors")), "%s" % n0(c.get("median_busy_pct")) + "%"])
+                    + [total_cell(c), n2(c.get("median_gets_per_file")) if p == "bucketfs"
+                       else "", ra, n0(c.get("errors")), busy_cell(c)])
     table(w, ["ms", "Path", "files/s", "per run", "p50 ms", "p99 ms", "÷ GETs", "÷ curl",
-              "daemon CPU", "daemon threads, % of a core", "GETs/file",
-              "readahead hits / wasted / late", "failed", "busy"], rows)
+              "daemon CPU", "daemon threads, % of a core", "every process, CPU/file",
+              "GETs/file", "readahead hits / wasted / late", "failed", "busy"], rows)
     w("")
-    if chart_note:
+    if chart is None:
+        pass
+    elif chart_note:
         w("Chart not drawn: %s" % chart_note)
     else:
         w("![files/s against latency](%s)" % os.path.relpath(chart, os.path.dirname(out)))
@@ -662,9 +764,10 @@ def sec_throughput(s, w, title, intro, key_label, refs, per="GB"):
                      runs_of([x.get("mb_s") for x in c["runs"]])]
                     + [runs_ratio(c, r) if p == "bucketfs" else "" for r, _ in refs]
                     + (cpu_cells(c, per) if p == "bucketfs" else ["", ""])
-                    + [n0(c.get("errors")), n0(c.get("median_busy_pct")) + "%"])
+                    + [total_cell(c, per), n0(c.get("errors")), busy_cell(c)])
     table(w, ["ms", "Path", "MB/s", "per run"] + ["÷ " + lbl for _, lbl in refs]
-          + ["daemon CPU", "daemon threads, % of a core", "failed", "busy"], rows)
+          + ["daemon CPU", "daemon threads, % of a core", "every process, CPU/%s" % per,
+             "failed", "busy"], rows)
     w("")
 
 
@@ -676,8 +779,9 @@ LARGE_PATH = {"bucketfs": "**bucketfs** `dd bs=1M`", "ranged8": "8 ranged GETs a
 
 def sec_large(s, w):
     sec_throughput(
-        s, w, "3. Large file, sequential, at each latency",
-        lambda s: (
+        s, w, "3b. Pinned, large file, sequential (a model of a host with a spare core)"
+        if s.get("pinned") else "3. Large file, sequential, at each latency",
+        lambda s: (PINNED_NOTE if s.get("pinned") else "") + TOTAL_NOTE + (
             "`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through a fresh bucketfs "
             "mount per run%s, at each first-byte delay, against the same object read with ranged "
             "GETs over the same 4 endpoints in the same run: 8 ranges of an eighth at once, and "

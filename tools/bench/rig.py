@@ -606,6 +606,47 @@ class Endpoints:
         self.urls = [x.url for x in self.nginx]
         self.delay_urls = {d: [x.urls[d] for x in self.nginx] for d in self.delays}
 
+    def pids(self):
+        """The endpoints' processes: the nginx ones and the test S3 server."""
+        return [x.proc.pid for x in self.nginx if x.proc] + \
+            ([self.s3.proc.pid] if self.s3.proc else [])
+
+
+# --------------------------------------------------------------------------
+# Pinned mode: a model of a host with a spare core
+
+# (the readers' and endpoints' CPU, the daemon's CPU) while pinned, else None.
+PIN = None
+PINNED_LABEL = "pinned: a model of a host with a spare core"
+
+
+def set_affinity(pid, cpus):
+    """Every thread of @pid on @cpus (threads it starts later inherit it)."""
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return
+    for tid in tids:
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass   # the thread ended meanwhile
+
+
+def pin(endpoints, on):
+    """Pinned mode on or off.  On: this process (and so the readers, curl
+    and dd it starts), the nginx endpoints and the test S3 server run on
+    CPU 0 only, and every bucketfs daemon started from now on on CPU 1
+    only (taskset); a reference path gets the same CPU 0 and leaves CPU 1
+    idle.  Off: everything on every CPU again."""
+    global PIN
+    if on and (os.cpu_count() or 1) < 2:
+        raise RuntimeError("pinned mode needs 2 CPUs")
+    PIN = (0, 1) if on else None
+    cpus = {0} if on else set(range(os.cpu_count() or 1))
+    for pid in [os.getpid()] + endpoints.pids():
+        set_affinity(pid, cpus)
+
 
 # --------------------------------------------------------------------------
 # Mounts
@@ -658,6 +699,8 @@ class Mount:
                    getattr(self.ds, "url", "s3://%s" % self.ds.name), self.mnt]
             if self.nofile:
                 cmd = ["prlimit", "--nofile=%d:%d" % (self.nofile, self.nofile)] + cmd
+            if PIN:
+                cmd = ["taskset", "-c", str(PIN[1])] + cmd
             return cmd, r.client_env()
         if self.kind == "s3fs":
             opts = ["url=%s" % r.endpoints.urls[0], "use_path_request_style",

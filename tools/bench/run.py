@@ -54,6 +54,9 @@ MEASUREMENTS = ["rig", "mount", "latency", "dlio", "compare", "large", "fio", "n
 # The measurements that use the delayed endpoints (nginx's echo module).
 DELAYED = {"latency": "latency", "large": "large_latency", "fio": "large_latency",
            "npz": "large_latency"}
+# What --pin may run pinned (rig.pin()): readers and endpoints on CPU 0, the
+# daemon on CPU 1.
+PINNABLE = ("latency", "large")
 # What runs against a real endpoint (--endpoint): the others need the local
 # rig (nginx to kill, datasets on disk, peers configured for it).
 REMOTE_MEASUREMENTS = ["mount", "dlio", "compare"]
@@ -683,9 +686,15 @@ class Bench(latency.LatencyMixin):
                 self.res["sections"].setdefault(name, {})["status"] = "not selected (--only/--skip)"
                 continue
             t = time.monotonic()
-            log("== %s" % name)
             try:
-                getattr(self, "m_" + name)()
+                for pinned in (self.a.pin if name in PINNABLE else [False]):
+                    log("== %s%s" % (name, " (%s)" % rig.PINNED_LABEL if pinned else ""))
+                    rig.pin(self.rig.endpoints, pinned)
+                    try:
+                        getattr(self, "m_" + name)()
+                    finally:
+                        if pinned:
+                            rig.pin(self.rig.endpoints, False)
             except Skip as exc:
                 self.res["sections"].setdefault(name, {})["status"] = "skipped: %s" % exc
                 self.problem(name, "skipped: %s" % exc)
@@ -972,6 +981,10 @@ def parse_args(argv):
     g.add_argument("--part-mib", type=int, default=8,
                    help="the ranged-GET reference's part size, as the mount's part_size "
                         "(default 8)")
+    g.add_argument("--pin", default="unpinned", choices=("unpinned", "pinned", "both"),
+                   help="latency and large: as they are (unpinned, the default), "
+                   "pinned (readers, endpoints and references on CPU 0, the daemon on "
+                   "CPU 1: a model of a host with a spare core), or both, unpinned first")
     g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
                    help="extra -o options for bucketfs in latency, large, fio and npz")
     g.add_argument("--npz-files", type=int, help="UNet3D-shaped .npz files of ~147 MB "
@@ -1010,6 +1023,7 @@ def parse_args(argv):
         a.large_latency = _ms_list(a.large_latency)
     except ValueError as exc:
         ap.error("--latency/--large-latency: %s" % exc)
+    a.pin = {"unpinned": [False], "pinned": [True], "both": [False, True]}[a.pin]
     a.order = [o for o in a.order.split(",") if o]
     a.style = [o for o in a.style.split(",") if o]
     for what, got, known in (("--order", a.order, latency.ORDERS),
@@ -1135,7 +1149,7 @@ def main(argv=None):
                                                 "tree_fanout", "fio_seconds", "failover_seconds",
                                                 "concurrency", "latency", "order", "style",
                                                 "large_latency", "part_mib", "opts",
-                                                "npz_files", "npz_procs", "fio_jobs")}
+                                                "npz_files", "npz_procs", "fio_jobs", "pin")}
     if a.remote:
         res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:
