@@ -20,7 +20,7 @@ checks the token's HMAC and answers 400 ExpiredToken once it has expired.
 Control (JSON): GET /_fake/secrets (every secret key, session token and
 IMDS token it handed out, for test_secrets), GET /_fake/requests (what was asked, in order: "imds-token",
 "imds-role", "imds-creds", "imds-region", "container", "sts:<Action>"),
-POST /_fake/requests/reset, POST /_fake/config with any of web_token,
+POST /_fake/requests/reset, POST /_fake/config with any of web_token (one, or a list of the valid ones),
 container_token, imds_role (null: no role attached), sts_error ([status,
 code, message] or null), lifetime.  Prints "listening on http://HOST:PORT".
 No secret it issues appears in its own output.
@@ -259,7 +259,8 @@ class Handler(BaseHTTPRequestHandler):
         if action == "AssumeRoleWithWebIdentity":
             if "authorization" in self.headers:
                 return self.reply(400, sts_error_xml("InvalidAction", "signed"), "text/xml")
-            if form.get("WebIdentityToken") != st.web_token:
+            valid = st.web_token if isinstance(st.web_token, list) else [st.web_token]
+            if form.get("WebIdentityToken") not in valid:
                 return self.reply(400, sts_error_xml(
                     "InvalidIdentityToken", "Couldn't verify the web identity token"),
                     "text/xml")

@@ -429,12 +429,18 @@ class ProviderTest(harness.MountCase):
                        AWS_ENDPOINT_URL_STS=self.fakes.url)
         m = self.mount(env)
         reads, errors = self.read_load(m, expiries=1)
-        self.fakes.config(web_token="web-token-2")
+        # As with Kubernetes, the old token stays valid for a while
+        # after the new one is written.
+        self.fakes.config(web_token=["web-token-1", "web-token-2"])
         tmp = tok + ".new"
         with open(tmp, "w") as f:
             f.write("web-token-2")
         os.replace(tmp, tok)  # as the kubelet does: a new file
-        more, errors2 = self.read_load(m, expiries=2)
+        more, errors2 = self.read_load(m, expiries=1)
+        # Now only the new one: the refreshes must have read the file again.
+        self.fakes.config(web_token="web-token-2")
+        last, errors3 = self.read_load(m, expiries=2)
+        errors2 += errors3
         self.assertEqual(errors + errors2, [], m.output())
         self.assertNotIn("refresh failed", m.output())
         self.assertNotIn("web-token-2", m.output())
