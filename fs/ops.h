@@ -8,18 +8,21 @@
  * HTTP completion path, so no FUSE worker waits on the network.  Failures
  * are logged once, with the whole cause chain, and replied as errno.
  *
- * The layers of fs/, from the top; each calls only those below it:
+ * The layers of fs/ below main.c and index_life.c, from the top; each
+ * calls only those below it (and src/):
  *   ops.c          the op table and its dispatch, the indexed tree's
  *                  metadata and the read path;
  *   overlay_ops.c  writable mode's names (overlay_ops.h), and
  *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h):
- *                  the namespaces besides the index, side by side;
+ *                  the namespaces beside the index, side by side;
  *   attr.c         what every namespace fills its replies with:
  *                  attributes and readdir buffers (attr.h);
- *   stats.c        the counters as JSON and as the unmount summary;
  *   fs.c           struct fs: its life, generations, node ids and open
  *                  handles (fs.h, fs_internal.h);
- *   overlay.c      the overlay's names and buffers (overlay.h).
+ *   stats.c        the counters as JSON and as the unmount summary
+ *                  (stats.h), and
+ *   overlay.c      the overlay's names and buffers (overlay.h): leaves
+ *                  that know no struct fs.
  */
 #ifndef BUCKETFS_FS_OPS_H
 #define BUCKETFS_FS_OPS_H
