@@ -246,7 +246,7 @@ class ClientTest(unittest.TestCase):
 
     def test_connection_refused(self):
         port = harness.free_port()
-        r = self.get("hello.txt", opts=["max_attempts=2"],
+        r = self.get("hello.txt", opts=["max_attempts=2", "retry_deadline=0"],
                      endpoint=f"http://127.0.0.1:{port}")
         self.assertEqual(r.returncode, errno.EIO, r.stderr)
         self.assertRegex(r.stderr.decode(),

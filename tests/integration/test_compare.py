@@ -362,8 +362,8 @@ class CompareTest(harness.MountCase):
         m = self.mount("clean")
         dead = f"http://127.0.0.1:{harness.free_port()}"
         rc, out, err = self.compare(m.dir, "s3://clean", "-o",
-                                    "max_attempts=2,connect_timeout=2",
-                                    endpoint=dead)
+                                    "max_attempts=2,connect_timeout=2,"
+                                    "retry_deadline=0", endpoint=dead)
         self.check_rc(rc, 2, out, err)
         self.assertEqual(out, "")
         self.assertIn("bucketfs-compare: listing s3://clean/, page 1: LIST s3://clean/", err)

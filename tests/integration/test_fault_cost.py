@@ -68,15 +68,18 @@ class FaultCostTest(harness.MountCase):
                          f"{k}: wrong bytes")
 
     def test_errno_belongs_to_its_request(self):
-        dead = f"http://127.0.0.1:{harness.free_port()}"
+        deads = [f"http://127.0.0.1:{harness.free_port()}" for _ in range(4)]
+        dead = deads[0]
         self.server.faults([{"op": "GET", "bucket": "cost", "kind": "truncate",
                              "after_bytes": SIZE // 2, "probability": 0.3}],
                            seed=24)
         log = os.path.join(self.tmp, "errno.log")
         # -d logs every retry; one event thread, so the same easy handles
         # serve the refused endpoint and the truncating one in turn.
-        m = Mount("s3://cost", dead, self.index, f"endpoint={self.server.url}",
-                  "event_threads=1", log=log, debug=True)
+        m = Mount("s3://cost", dead, self.index,
+                  *[f"endpoint={d}" for d in deads[1:]],
+                  f"endpoint={self.server.url}", "event_threads=1",
+                  "max_connections=4", log=log, debug=True)
         self.mounts.append(m)
         failures = []
 
@@ -101,7 +104,8 @@ class FaultCostTest(harness.MountCase):
         live = [ln for ln in out.splitlines()
                 if f"via {self.server.url} " in ln and "curl 18" in ln]
         refused = [ln for ln in out.splitlines()
-                   if f"via {dead} " in ln and "os errno 111" in ln]
+                   if any(f"via {d} " in ln for d in deads) and
+                   "os errno 111" in ln]
         self.assertTrue(refused, "the dead endpoint was never tried: " +
                         out[-2000:])
         self.assertTrue(live, "no truncation was logged: " + out[-2000:])

@@ -291,7 +291,8 @@ class SecretsTest(unittest.TestCase):
             r = subprocess.run(
                 [harness.binary("bucketfs"), "-d", "-o",
                  f"endpoint=http://127.0.0.1:{port},index={mnt}.idx,"
-                 "max_attempts=2,connect_timeout=1", "s3://sec", mnt],
+                 "max_attempts=2,connect_timeout=1,retry_deadline=0",
+                 "s3://sec", mnt],
                 stdout=log, stderr=subprocess.STDOUT, env=env_keys(),
                 timeout=120)
         os.rmdir(mnt)
@@ -443,7 +444,8 @@ class SecretsTest(unittest.TestCase):
         rc, _ = self.run_tool(
             "bucketfs-index", "build", "s3://sec", "-o",
             f"endpoint=http://127.0.0.1:{harness.free_port()},index={idx}"
-            ",max_attempts=1,connect_timeout=1", env=env_keys())
+            ",max_attempts=1,connect_timeout=1,retry_deadline=0",
+            env=env_keys())
         self.assertNotEqual(rc, 0)
 
     # -- secrets as options -----------------------------------------------

@@ -167,7 +167,7 @@ static gboolean serve(struct conn *c, const char *line)
 	int status, delay, bytes;
 	g_autofree char *head = NULL;
 	g_autofree char *body = NULL;
-	gboolean ok, reset = FALSE;
+	gboolean ok, reset = FALSE, trunc;
 
 	sscanf(line, "%*s %1023s", path);
 	pthread_mutex_lock(&s->lock);
@@ -187,6 +187,8 @@ static gboolean serve(struct conn *c, const char *line)
 	}
 	pthread_mutex_unlock(&s->lock);
 	bytes = status == 200 ? query_int(path, "b", 2) : 0;
+	/* t=1: half the body, then a clean close (a FIN): curl 18. */
+	trunc = query_int(path, "t", 0) != 0;
 	ok = !delay || conn_wait(c, delay);
 	if (ok) {
 		head = g_strdup_printf("HTTP/1.1 %d Test\r\nContent-Length: "
@@ -195,7 +197,8 @@ static gboolean serve(struct conn *c, const char *line)
 		body = g_malloc(bytes + 1);
 		body_fill(path, (guint8 *)body, bytes);
 		ok = send_all(c->fd, head, strlen(head)) &&
-		     send_all(c->fd, body, reset ? bytes / 2 : bytes);
+		     send_all(c->fd, body, reset || trunc ? bytes / 2 : bytes);
+		ok = ok && !trunc;
 	}
 	if (ok && reset) {
 		/* The peer sees "connection reset" (curl 56), not a FIN. */
@@ -1080,8 +1083,9 @@ static guint flaky_worst_run(void)
  * 30% of its answers with an RST; 10,000 reads of 4 KiB, 10 attempts each.
  * The flaky one was ejected again and again (5 cuts in a row), so both
  * were often ejected at once; it is kept now (it answers most attempts),
- * and the attempts must go to the one that answers.  Every read succeeds with every byte right, and the dead one
- * gets nothing but the ejection's attempts and one probe per cool-off.
+ * and the attempts must go to the one that answers.  Every read succeeds with
+ * every byte right, and the dead one gets nothing but the ejection's attempts
+ * and one probe per cool-off.
  *
  * The cuts are a fixed draw per (path, try), the same in every run: the
  * worst read meets 8 in a row at most (checked first), so with at most one
@@ -1137,6 +1141,47 @@ static void test_dead_and_flaky(void)
 	rig_clear(&r);
 	tcase_clear(&tc);
 	capture_stop(&cap);
+}
+
+/*
+ * Every clause of a cause chain is its own request's: curl keeps a
+ * connect's OS errno in an easy handle (curl_easy_reset() too), and
+ * handles are reused.  One transfer slot, so the handle of a refused
+ * connect is the one the next request gets; that request reuses an idle
+ * connection (no connect of its own) and its body is cut by a clean
+ * close, which sets no errno: its chain must show none.
+ */
+static void test_errno_is_its_own(void)
+{
+	struct rig r;
+	struct tcase tc;
+	struct treq *t;
+	struct treq got;
+
+	rig_init(&r);
+	rig_add(&r, server_new_refusing());
+	rig_add(&r, server_new());
+	r.o.max_connections = 1;
+	rig_start(&r);
+	tcase_init(&tc);
+	/* A connection to the second endpoint, left idle for the third. */
+	t_submit(t_new(&tc, r.http, "/x"), FALSE, 1, 1);
+	wait_done(&tc, 1, 10);
+	t = t_new(&tc, r.http, "/x");
+	t_submit(t, FALSE, 0, 1);
+	wait_done(&tc, 2, 10);
+	got = t_get(t);
+	g_test_message("%s", got.message);
+	g_assert_nonnull(strstr(got.message, "[os errno 111: "));
+	t = t_new(&tc, r.http, "/x?b=1000&t=1");
+	t_submit(t, FALSE, 1, 1);
+	wait_done(&tc, 3, 10);
+	got = t_get(t);
+	g_test_message("%s", got.message);
+	g_assert_nonnull(strstr(got.message, "curl 18 "));
+	g_assert_null(strstr(got.message, "os errno"));
+	rig_clear(&r);
+	tcase_clear(&tc);
 }
 
 /* The error is one cause chain; retries are logged at debug level. */
@@ -1728,6 +1773,7 @@ int main(int argc, char **argv)
 		{ "all-ejected-best-rate", test_all_ejected_best_rate, 3 },
 		{ "dead-and-flaky", test_dead_and_flaky, 3 },
 		{ "cause-chain", test_cause_chain, 3 },
+		{ "errno-is-its-own", test_errno_is_its_own, 3 },
 		{ "hedge-wins", test_hedge_wins, 3 },
 		{ "hedge-twin-fails", test_hedge_twin_fails, 3 },
 		{ "hedge-both-fail", test_hedge_both_fail, 3 },
