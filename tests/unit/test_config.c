@@ -841,6 +841,7 @@ static void test_describe(struct fixture *f, gconstpointer data)
 			"stall_timeout:    30 s\n"
 			"request_timeout:  2.5 s\n"
 			"max_attempts:     3\n"
+			"retry_deadline:   60 s\n"
 			"max_connections:  64 (default)\n"
 			"mode:             read-only\n");
 	g_assert_null(strstr(text, "s3cr3t"));
