@@ -86,8 +86,10 @@ static gboolean store(struct open_call *oc, const void *buf, gsize len)
 	struct fuse_bufvec bv = FUSE_BUFVEC_INIT(len);
 	struct fs *fs = oc->fs;
 	gboolean alone = FALSE;
-	g_autoptr(GBytes) peek = readahead_peek_whole(oc->h->rf, &alone);
+	GBytes *whole = readahead_peek_whole(oc->h->rf, &alone);
 
+	/* Only asked for @alone: @buf is the object's bytes already. */
+	g_clear_pointer(&whole, g_bytes_unref);
 	if (!alone || len != oc->size || !is_current(fs, oc->ino))
 		return FALSE;
 	bv.buf[0].mem = (void *)buf;
