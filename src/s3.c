@@ -31,7 +31,7 @@ struct s3 {
 	 * pointer it hands out stays valid until s3_free().
 	 */
 	struct cred_refresh *creds;
-	gint range_quirk_logged;   /* atomic: a server ignored a Range */
+	gint range_quirk_logged; /* atomic: a server ignored a Range */
 };
 
 enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PUT, CALL_DELETE };
