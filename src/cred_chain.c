@@ -2,6 +2,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,6 +26,8 @@
 #define CONTAINER_HOST	"http://169.254.170.2"
 /* Token files and process output are small; this is plenty. */
 #define SMALL_FILE_MAX (64 * 1024)
+/* A credential_process that has said nothing by then is killed. */
+#define PROCESS_TIMEOUT_MS 60000
 /* A role chain longer than this is a loop. */
 #define CHAIN_DEPTH_MAX 5
 
@@ -844,35 +848,121 @@ static char *last_line(const char *s)
 	return NULL;
 }
 
+/*
+ * Reads @fd until EOF into @buf, at most SMALL_FILE_MAX bytes; FALSE once
+ * it is done (EOF, error or full).
+ */
+static gboolean drain_fd(int fd, GString *buf)
+{
+	char chunk[4096];
+	ssize_t n = read(fd, chunk, sizeof(chunk));
+
+	if (n < 0 && (errno == EINTR || errno == EAGAIN))
+		return TRUE;
+	if (n <= 0)
+		return FALSE;
+	if (buf->len < SMALL_FILE_MAX)
+		g_string_append_len(buf, chunk,
+				    MIN((gsize)n, SMALL_FILE_MAX - buf->len));
+	return TRUE;
+}
+
+/*
+ * Runs @argv with no stdin and collects its stdout and stderr, for at
+ * most PROCESS_TIMEOUT_MS: a process that hangs is killed, so that it
+ * stalls neither the refresher nor an unmount.  FALSE with ENOENT if it
+ * could not start, ETIMEDOUT if it was killed for the time.
+ */
+static gboolean spawn_bounded(char **argv, const char *what, GString *out,
+			      GString *err_out, int *wait_status,
+			      GError **error)
+{
+	g_autoptr(GError) err = NULL;
+	gint64 deadline = g_get_monotonic_time() + PROCESS_TIMEOUT_MS * 1000;
+	struct pollfd fds[2];
+	GPid pid;
+	int out_fd, err_fd;
+
+	if (!g_spawn_async_with_pipes(
+		    NULL, argv, NULL,
+		    G_SPAWN_SEARCH_PATH | G_SPAWN_DO_NOT_REAP_CHILD |
+			    G_SPAWN_CLOEXEC_PIPES | G_SPAWN_STDIN_FROM_DEV_NULL,
+		    NULL, NULL, &pid, NULL, &out_fd, &err_fd, &err)) {
+		g_set_error(error, BFS_ERROR, ENOENT, "%s: %s", what,
+			    err->message);
+		return FALSE;
+	}
+	fds[0] = (struct pollfd){ .fd = out_fd, .events = POLLIN };
+	fds[1] = (struct pollfd){ .fd = err_fd, .events = POLLIN };
+	while (fds[0].fd >= 0 || fds[1].fd >= 0) {
+		gint64 left = (deadline - g_get_monotonic_time()) / 1000;
+		int i;
+
+		if (left <= 0)
+			break;
+		if (poll(fds, 2, (int)MIN(left, G_MAXINT)) < 0 &&
+		    errno != EINTR)
+			break;
+		for (i = 0; i < 2; i++) {
+			if (fds[i].fd < 0 || !fds[i].revents)
+				continue;
+			if (!drain_fd(fds[i].fd, i ? err_out : out)) {
+				close(fds[i].fd);
+				fds[i].fd = -1;
+			}
+		}
+	}
+	if (fds[0].fd >= 0 || fds[1].fd >= 0) {
+		kill(pid, SIGKILL);
+		if (fds[0].fd >= 0)
+			close(fds[0].fd);
+		if (fds[1].fd >= 0)
+			close(fds[1].fd);
+		(void)waitpid(pid, wait_status, 0);
+		g_spawn_close_pid(pid);
+		g_set_error(error, BFS_ERROR, ETIMEDOUT,
+			    "%s: no answer within %d s: killed", what,
+			    PROCESS_TIMEOUT_MS / 1000);
+		return FALSE;
+	}
+	while (waitpid(pid, wait_status, 0) < 0 && errno == EINTR)
+		;
+	g_spawn_close_pid(pid);
+	return TRUE;
+}
+
 static struct credentials *run_process(const char *profile, const char *cmd,
 				       GError **error)
 {
 	g_auto(GStrv) argv = NULL;
-	g_autoptr(GError) err = NULL;
-	g_autofree char *errout = NULL;
+	g_autoptr(GString) errout = g_string_new(NULL);
+	g_autoptr(GString) outbuf = g_string_new(NULL);
 	g_autofree char *prog = NULL;
+	g_autofree char *what = NULL;
 	char *out = NULL;
 	struct credentials *creds = NULL;
-	int wait_status;
+	int wait_status = 0;
 
-	if (!g_shell_parse_argv(cmd, NULL, &argv, &err)) {
+	/* GLib's message quotes the whole command line: not here, since
+	 * its arguments might hold something private. */
+	if (!g_shell_parse_argv(cmd, NULL, &argv, NULL)) {
 		g_set_error(error, BFS_ERROR, EINVAL,
-			    "credential_process of profile '%s': %s", profile,
-			    err->message);
+			    "credential_process of profile '%s' does not "
+			    "parse as a command line (unbalanced quotes?)",
+			    profile);
 		return NULL;
 	}
 	/* Only the program: its arguments might hold something private. */
 	prog = g_strdup(argv[0]);
-	if (!g_spawn_sync(NULL, argv, NULL,
-			  G_SPAWN_SEARCH_PATH | G_SPAWN_CLOEXEC_PIPES, NULL,
-			  NULL, &out, &errout, &wait_status, &err)) {
-		g_set_error(error, BFS_ERROR, ENOENT,
-			    "credential_process '%s' of profile '%s': %s", prog,
-			    profile, err->message);
+	what = g_strdup_printf("credential_process '%s' of profile '%s'", prog,
+			       profile);
+	if (!spawn_bounded(argv, what, outbuf, errout, &wait_status, error)) {
+		explicit_bzero(outbuf->str, outbuf->len);
 		return NULL;
 	}
+	out = g_string_free(g_steal_pointer(&outbuf), FALSE);
 	if (!WIFEXITED(wait_status) || WEXITSTATUS(wait_status) != 0) {
-		g_autofree char *line = last_line(errout);
+		g_autofree char *line = last_line(errout->str);
 
 		g_set_error(error, BFS_ERROR, EACCES,
 			    "credential_process '%s' of profile '%s' %s %d%s%s",

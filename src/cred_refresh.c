@@ -47,7 +47,7 @@ static gint64 schedule(const struct credentials *creds)
 		return 0;
 	ahead = left >= 2 * AHEAD_SECONDS ? AHEAD_SECONDS : left / 2;
 	return g_get_monotonic_time() +
-	       MAX((left - ahead) * G_USEC_PER_SEC, RETRY_MIN_US / 2);
+	       MAX((left - ahead) * G_USEC_PER_SEC, RETRY_MIN_US);
 }
 
 static gint64 retry_delay(const struct credentials *creds)
@@ -123,19 +123,33 @@ static void refresh_now(struct cred_refresh *r)
 
 	g_mutex_lock(&r->fetch_lock);
 	fresh = cred_chain_resolve(&r->o, NULL, &err);
+	if (fresh && fresh->expiration && fresh->expiration <= now_unix()) {
+		g_autofree char *d = describe(fresh);
+
+		g_set_error(&err, BFS_ERROR, EACCES,
+			    "%s handed out credentials that have already "
+			    "expired (is the clock right?)",
+			    d);
+		g_clear_pointer(&fresh, credentials_free);
+	}
 	g_mutex_lock(&r->lock);
 	failures = r->failures;
-	if (fresh) {
+	if (fresh && credentials_equal(fresh, r->current)) {
 		g_autofree char *d = describe(fresh);
+
 		/* IMDS hands out the same keys until shortly before they
-		 * expire: nothing new to say then. */
-		gboolean same = credentials_equal(fresh, r->current);
+		 * expire: keep the ones in use (pointers to them are out),
+		 * and ask again later, not in a tightening loop. */
+		credentials_free(fresh);
+		r->refresh_at =
+			g_get_monotonic_time() + retry_delay(r->current);
+		log_msg(LOG_LEVEL_DEBUG, "credentials: the same again from %s",
+			d);
+	} else if (fresh) {
+		g_autofree char *d = describe(fresh);
 
 		install(r, fresh);
-		if (same)
-			log_msg(LOG_LEVEL_DEBUG,
-				"credentials: the same again from %s", d);
-		else if (failures)
+		if (failures)
 			log_msg(LOG_LEVEL_NOTICE,
 				"credentials: refreshed from %s, after %u "
 				"failed attempts",
@@ -266,19 +280,35 @@ gboolean cred_refresh_renew(struct cred_refresh *r,
 	struct credentials *fresh;
 	gboolean ok = FALSE;
 
-	g_mutex_lock(&r->fetch_lock);
+	/* Renewed meanwhile (another request, the refresher): retry. */
 	g_mutex_lock(&r->lock);
 	if (used != r->current) {
 		g_mutex_unlock(&r->lock);
-		g_mutex_unlock(&r->fetch_lock);
+		return TRUE;
+	}
+	if (used->anonymous) {
+		g_mutex_unlock(&r->lock);
+		same_again(used, error);
+		return FALSE;
+	}
+	if (r->thread) {
+		/*
+		 * Temporary credentials: the refresher fetches them (an STS
+		 * or IMDS round trip, a process), never this event thread;
+		 * the retry, after its backoff, signs with what is current
+		 * then.
+		 */
+		r->refresh_at = g_get_monotonic_time();
+		g_cond_broadcast(&r->cond);
+		g_mutex_unlock(&r->lock);
+		log_msg(LOG_LEVEL_INFO,
+			"credentials expired (ExpiredToken): the refresher "
+			"asks %s again now",
+			used->source ? used->source : "the provider");
 		return TRUE;
 	}
 	g_mutex_unlock(&r->lock);
-	if (used->anonymous) {
-		same_again(used, error);
-		g_mutex_unlock(&r->fetch_lock);
-		return FALSE;
-	}
+	g_mutex_lock(&r->fetch_lock);
 	fresh = cred_chain_resolve(&r->o, NULL, &err);
 	g_mutex_lock(&r->lock);
 	if (!fresh) {

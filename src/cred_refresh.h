@@ -47,13 +47,17 @@ const struct credentials *cred_refresh_peek(struct cred_refresh *r);
 /*
  * The server refused @used as expired (S3's ExpiredToken).  When @used is
  * no longer current, returns TRUE at once (another request or the
- * refresher already replaced them).  Else fetches now, on the calling
- * thread (waiting for a fetch already under way instead of starting
- * another), and returns TRUE when the current credentials are new.  Else
- * FALSE with @error (BFS_ERROR): EACCES when the source still gives the
- * same credentials (the message says how to renew them: a running process
- * cannot see a changed environment; a file must be rewritten), anonymous
- * access; or the fetch's error.  Any thread; blocks for a fetch (seconds).
+ * refresher already replaced them).  Temporary credentials (those with an
+ * expiry, which the refresher thread renews): wakes the refresher to fetch
+ * now and returns TRUE at once, so that the caller retries after its
+ * backoff with whatever is current then; the calling thread never waits
+ * on STS, IMDS or a process.  Static keys: reads the environment and the
+ * files again, on the calling thread (waiting for a fetch already under
+ * way instead of starting another), and returns TRUE when the current
+ * credentials are new.  Else FALSE with @error (BFS_ERROR): EACCES when
+ * the source still gives the same credentials (the message says how to
+ * renew them: a running process cannot see a changed environment; a file
+ * must be rewritten), anonymous access; or the fetch's error.  Any thread.
  */
 gboolean cred_refresh_renew(struct cred_refresh *r,
 			    const struct credentials *used, GError **error);
