@@ -74,3 +74,26 @@ void reply_sized(fuse_req_t req, const char *value, size_t len, size_t size)
 	else
 		fuse_reply_buf(req, value, len);
 }
+
+/* Per thread: set only inside interrupt_hook()'s own call. */
+static __thread gboolean hooking, deferred;
+
+gboolean interrupt_hook(fuse_req_t req, fuse_interrupt_func_t func, void *data)
+{
+	gboolean early;
+
+	hooking = TRUE;
+	deferred = FALSE;
+	fuse_req_interrupt_func(req, func, data);
+	early = deferred;
+	hooking = FALSE;
+	deferred = FALSE;
+	return early;
+}
+
+gboolean interrupt_deferred(void)
+{
+	if (hooking)
+		deferred = TRUE;
+	return hooking;
+}

@@ -51,4 +51,18 @@ gboolean dirbuf_dots(struct dirbuf *db, off_t *off, ino_t self, ino_t parent);
  */
 void reply_sized(fuse_req_t req, const char *value, size_t len, size_t size);
 
+/*
+ * Sets @func as @req's interrupt hook (fuse_req_interrupt_func()).  When
+ * the kernel's INTERRUPT came before the hook, libfuse runs @func at once,
+ * inside the call and under the request's lock, where a reply would free
+ * the request under that lock.  So a hook first asks interrupt_deferred():
+ * TRUE there means "return without replying", and interrupt_hook() then
+ * returns TRUE: the caller answers @req (EINTR) itself and starts no wait.
+ * FUSE worker, in the op's handler.
+ */
+gboolean interrupt_hook(fuse_req_t req, fuse_interrupt_func_t func, void *data);
+
+/* In an interrupt hook: TRUE if it runs inside interrupt_hook(). */
+gboolean interrupt_deferred(void);
+
 #endif

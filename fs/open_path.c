@@ -4,6 +4,7 @@
  */
 #include <errno.h>
 
+#include "attr.h"
 #include "error.h"
 #include "fs_internal.h"
 #include "log.h"
@@ -71,6 +72,8 @@ static void open_interrupted(fuse_req_t req, void *data)
 {
 	struct open_call *oc = data;
 
+	if (interrupt_deferred())
+		return;
 	if (g_atomic_int_compare_and_exchange(&oc->answered, 0, 1))
 		fuse_reply_err(req, EINTR);
 }
@@ -152,6 +155,11 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	oc->fi = f;
 	oc->size = size;
 	/* Before the wait starts: it may end (and free @oc) at once. */
-	fuse_req_interrupt_func(req, open_interrupted, oc);
+	if (interrupt_hook(req, open_interrupted, oc)) {
+		fuse_reply_err(req, EINTR);
+		handle_free(fs, h);
+		g_free(oc);
+		return;
+	}
 	readahead_read(h->rf, 0, size, open_ready, oc);
 }

@@ -380,6 +380,8 @@ static void read_interrupted(fuse_req_t req, void *data)
 {
 	struct read_call *rc = data;
 
+	if (interrupt_deferred())
+		return;
 	if (g_atomic_int_compare_and_exchange(&rc->answered, 0, 1))
 		fuse_reply_err(req, EINTR);
 }
@@ -430,7 +432,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	rc->key = g_strdup(h->key);
 	__atomic_add_fetch(&data(req)->reads, 1, __ATOMIC_RELAXED);
 	/* Before the read starts: it may end (and free @rc) at once. */
-	fuse_req_interrupt_func(req, read_interrupted, rc);
+	if (interrupt_hook(req, read_interrupted, rc)) {
+		fuse_reply_err(req, EINTR);
+		g_free(rc->key);
+		g_free(rc);
+		return;
+	}
 	readahead_read(h->rf, (guint64)off, size, read_done, rc);
 }
 
