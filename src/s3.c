@@ -363,7 +363,8 @@ static void append_error_detail(GString *msg, const struct s3_error_info *info,
 /*
  * The server refused @used as expired: fetch new credentials now, unless
  * another request or the refresher already did.  TRUE when a retry will
- * sign with other credentials.  Event thread (blocks for the fetch).
+ * sign with other credentials.  Event thread (cred_refresh.h: it blocks
+ * only to read static keys again).
  */
 static gboolean renew_credentials(struct s3 *s3, const struct credentials *used,
 				  GError **error)
@@ -551,6 +552,14 @@ static enum http_verdict judge_range_ignored(struct call *call,
 	return HTTP_VERDICT_DONE;
 }
 
+/* Whether @resp's body had chunked framing (its end is known). */
+static gboolean framed(const struct http_response *resp)
+{
+	const char *te = http_response_header(resp, "transfer-encoding");
+
+	return te && g_ascii_strcasecmp(te, "identity") != 0;
+}
+
 /* A 2xx GET must carry exactly the bytes asked for. */
 static enum http_verdict judge_get_body(struct call *call,
 					const struct http_response *resp,
@@ -573,6 +582,18 @@ static enum http_verdict judge_get_body(struct call *call,
 					    resp->status);
 		call->meta.size = len;
 		return HTTP_VERDICT_DONE;
+	}
+	if (resp->status == 200 && !cl && !framed(resp)) {
+		/* A body that ends where the connection closed may be cut
+		 * short: it cannot be taken for the whole object. */
+		g_set_error(error, BFS_ERROR, EIO,
+			    "HTTP 200 to GET with Range bytes=%" PRIu64
+			    "-%s: the server ignored the Range and sent a "
+			    "body with neither Content-Length nor chunked "
+			    "framing, so its end cannot be trusted",
+			    call->offset, call->length ? "…" : "");
+		return call->range_ignored++ ? HTTP_VERDICT_FAIL
+					     : HTTP_VERDICT_RETRY;
 	}
 	if (resp->status == 200)
 		return judge_range_ignored(call, resp, error);
