@@ -1424,6 +1424,45 @@ static gboolean region_from_imds(struct config *cfg)
 	return TRUE;
 }
 
+/*
+ * Whether the instance metadata may know the region worth signing for:
+ * unless every endpoint given (-o, the config file, the environment) is
+ * another store than AWS's, or the metadata service was named.  An
+ * on-premises mount must not wait on 169.254.169.254 at every start.
+ */
+static gboolean region_wants_imds(const struct config *cfg)
+{
+	static const char *const vars[] = {
+		"S3_ENDPOINT_URIS",
+		"AWS_ENDPOINT_URL_S3",
+		"AWS_ENDPOINT_URL",
+	};
+	g_auto(GStrv) urls = NULL;
+	gboolean given = cfg->endpoints->len > 0;
+	gsize i;
+
+	if (env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT"))
+		return TRUE;
+	for (i = 0; i < cfg->endpoints->len; i++)
+		if (endpoint_is_aws(g_ptr_array_index(cfg->endpoints, i)))
+			return TRUE;
+	for (i = 0; !given && i < G_N_ELEMENTS(vars); i++) {
+		const char *value = env_get(vars[i]);
+		gsize j;
+
+		if (!value || !*value)
+			continue;
+		urls = g_strsplit(value, ",", -1);
+		for (j = 0; urls[j]; j++) {
+			g_strstrip(urls[j]);
+			if (*urls[j] && endpoint_is_aws(urls[j]))
+				return TRUE;
+		}
+		given = TRUE;
+	}
+	return !given;
+}
+
 static gboolean finish_region(struct config *cfg, GError **error)
 {
 	static const char *const vars[] = { "AWS_REGION",
@@ -1455,6 +1494,12 @@ static gboolean finish_region(struct config *cfg, GError **error)
 	if (!from_profile && error && *error) {
 		g_prefix_error(error, "the region of the AWS profile: ");
 		return FALSE;
+	}
+	/* Not AWS: IMDS would only cost time (up to a second a step). */
+	if (!from_profile && !region_wants_imds(cfg)) {
+		cfg->region = g_strdup(DEFAULT_REGION);
+		cfg->region_source = g_strdup("default");
+		return TRUE;
 	}
 	if (!from_profile)
 		return region_from_imds(cfg);
