@@ -11,7 +11,8 @@
  * The layers of fs/ below main.c and index_life.c, from the top; each
  * calls only those below it (and src/):
  *   ops.c          the op table and its dispatch, the indexed tree's
- *                  metadata and the read path;
+ *                  metadata and the read path, with open_path.c (how an
+ *                  indexed file's open is answered);
  *   overlay_ops.c  writable mode's names (overlay_ops.h), and
  *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h):
  *                  the namespaces beside the index, side by side;
