@@ -21,6 +21,7 @@ private cluster.
 import hashlib
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -65,6 +66,7 @@ class Restart:
     def setUp(self):
         super().setUp()
         self.tmp = tempfile.mkdtemp(prefix="bfs-restart-")
+        self.addCleanup(shutil.rmtree, self.tmp, ignore_errors=True)
 
     def run_restart(self, url, port, bucket, ak, sk):
         rnd = random.Random(24)
