@@ -319,6 +319,7 @@ static struct credentials *sts_call(const struct chain *c, const char *action,
 			.body_len = strlen(body),
 			.connect_timeout_ms = 3000,
 			.timeout_ms = STS_TIMEOUT_MS,
+			.use_proxy = TRUE,
 			.ca_file = c->o->ca_file,
 		};
 

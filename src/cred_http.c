@@ -119,8 +119,8 @@ gboolean cred_http_exchange(const struct cred_http_request *req, long *status,
 			 (long)(req->connect_timeout_ms
 					? req->connect_timeout_ms
 					: req->timeout_ms));
-	/* The metadata services are link-local: no proxy may stand between. */
-	curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
+	if (!req->use_proxy)
+		curl_easy_setopt(h, CURLOPT_NOPROXY, "*");
 	curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_body);
 	curl_easy_setopt(h, CURLOPT_WRITEDATA, &sink);
 	if (req->ca_file)

@@ -32,6 +32,10 @@ struct cred_http_request {
 	guint connect_timeout_ms; /* 0: the whole timeout */
 	guint timeout_ms;	  /* the whole exchange; must be > 0 */
 	const char *ca_file;	  /* NULL: the system's */
+	/* The environment's proxy (https_proxy, no_proxy...) applies, as to
+	 * S3's requests: for STS.  Off for the link-local metadata and
+	 * container endpoints, which no proxy may stand before. */
+	gboolean use_proxy;
 };
 
 /*
