@@ -3,10 +3,13 @@
  * attr.h - what every namespace of the FUSE tree (the index in ops.c, the
  * declared directories in emptydir_ops.c, the overlay in overlay_ops.c)
  * fills its replies with: owners and modes, the attributes of an index
- * entry, readdir buffers, and sized replies.
+ * entry, readdir buffers, sized replies, and the interrupt hook of a
+ * request answered later.
  *
  * Below the namespaces, above struct fs (fs_internal.h): nothing here
- * calls up, sends a request or takes a lock.  Any thread.
+ * calls up, sends a request or takes a lock of ours (interrupt_hook()
+ * takes libfuse's request lock, inside fuse_req_interrupt_func()).  Any
+ * thread.
  */
 #ifndef BUCKETFS_FS_ATTR_H
 #define BUCKETFS_FS_ATTR_H
