@@ -2,7 +2,7 @@
 """The load soak (fault matrix, part 2; see docs/RELIABILITY.md).
 
 2,048 concurrent readers (8 processes x 256 threads) do open/read/close on
-random files of a mount for BFS_SOAK_SECONDS (default 120), dropping each
+random files of a mount for BFS_SOAK_SECONDS (default 60), dropping each
 file from the page cache after reading it so every read reaches the daemon.
 The test server injects faults into 5% of GETs (503 SlowDown and
 connection resets mid-body).  The daemon runs under `prlimit --nofile=1024`.
@@ -47,7 +47,7 @@ if not os.path.exists("/dev/fuse"):
     print("no /dev/fuse: skipping")
     sys.exit(harness.SKIP)
 
-SECONDS = float(os.environ.get("BFS_SOAK_SECONDS", "120"))
+SECONDS = float(os.environ.get("BFS_SOAK_SECONDS", "60"))
 PROCS = int(os.environ.get("BFS_SOAK_PROCS", "8"))
 THREADS = int(os.environ.get("BFS_SOAK_THREADS", "256"))   # x PROCS = 2048
 FILES = 2048
