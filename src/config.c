@@ -1432,35 +1432,15 @@ static gboolean region_from_imds(struct config *cfg)
  */
 static gboolean region_wants_imds(const struct config *cfg)
 {
-	static const char *const vars[] = {
-		"S3_ENDPOINT_URIS",
-		"AWS_ENDPOINT_URL_S3",
-		"AWS_ENDPOINT_URL",
-	};
-	g_auto(GStrv) urls = NULL;
-	gboolean given = cfg->endpoints->len > 0;
-	gsize i;
+	guint i;
 
-	if (env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT"))
+	if (env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT") ||
+	    cfg->endpoints->len == 0)
 		return TRUE;
 	for (i = 0; i < cfg->endpoints->len; i++)
 		if (endpoint_is_aws(g_ptr_array_index(cfg->endpoints, i)))
 			return TRUE;
-	for (i = 0; !given && i < G_N_ELEMENTS(vars); i++) {
-		const char *value = env_get(vars[i]);
-		gsize j;
-
-		if (!value || !*value)
-			continue;
-		urls = g_strsplit(value, ",", -1);
-		for (j = 0; urls[j]; j++) {
-			g_strstrip(urls[j]);
-			if (*urls[j] && endpoint_is_aws(urls[j]))
-				return TRUE;
-		}
-		given = TRUE;
-	}
-	return !given;
+	return FALSE;
 }
 
 static gboolean finish_region(struct config *cfg, GError **error)
@@ -1541,6 +1521,11 @@ static gboolean endpoints_from_list(struct config *cfg, const char *var,
 	return TRUE;
 }
 
+/*
+ * The endpoints given: -o endpoint, the config file, else the first of the
+ * environment's variables that names any.  None given: the region's AWS
+ * endpoint, once the region is known (finish_default_endpoint).
+ */
 static gboolean finish_endpoints(struct config *cfg, GError **error)
 {
 	static const char *const vars[] = {
@@ -1548,7 +1533,6 @@ static gboolean finish_endpoints(struct config *cfg, GError **error)
 		"AWS_ENDPOINT_URL_S3",
 		"AWS_ENDPOINT_URL",
 	};
-	const char *domain;
 	gsize i;
 
 	if (cfg->endpoints->len > 0) {
@@ -1570,6 +1554,15 @@ static gboolean finish_endpoints(struct config *cfg, GError **error)
 		cfg->endpoint_source = g_strdup(vars[i]);
 		return TRUE;
 	}
+	return TRUE;
+}
+
+static gboolean finish_default_endpoint(struct config *cfg)
+{
+	const char *domain;
+
+	if (cfg->endpoints->len > 0)
+		return TRUE;
 	domain = g_str_has_prefix(cfg->region, "cn-") ? "amazonaws.com.cn"
 						      : "amazonaws.com";
 	g_ptr_array_add(cfg->endpoints, g_strdup_printf("https://s3.%s.%s",
@@ -1668,9 +1661,10 @@ gboolean config_finish(struct config *cfg, GError **error)
 			    "no bucket given: expected s3://BUCKET[/PREFIX]");
 		return FALSE;
 	}
-	return conf_apply(cfg, error) && finish_region(cfg, error) &&
-	       finish_endpoints(cfg, error) && finish_addressing(cfg, error) &&
-	       finish_ca_file(cfg, error);
+	/* Endpoints first: they say whether IMDS may know the region. */
+	return conf_apply(cfg, error) && finish_endpoints(cfg, error) &&
+	       finish_region(cfg, error) && finish_default_endpoint(cfg) &&
+	       finish_addressing(cfg, error) && finish_ca_file(cfg, error);
 }
 
 /* --- init, clear, describe, help --------------------------------------- */
