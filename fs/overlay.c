@@ -22,6 +22,9 @@ struct onode {
 	guint64 version;    /* bumped by each change of data */
 	guint64 uploaded;   /* the version S3 has */
 	gboolean uploading; /* a PUT or DELETE of it is in flight */
+	/* A write failed since the file was created or emptied: its bytes
+	 * are not what the writer meant, so it is never uploaded. */
+	GError *broken;
 };
 
 struct overlay {
@@ -49,6 +52,7 @@ static void onode_free(void *p)
 	g_free(n->etag);
 	if (n->data)
 		g_byte_array_unref(n->data);
+	g_clear_error(&n->broken);
 	g_free(n);
 }
 
@@ -272,6 +276,7 @@ gboolean overlay_create(struct overlay *ov, const char *key,
 		n->data = g_byte_array_new();
 	g_byte_array_set_size(n->data, 0);
 	n->size = 0;
+	g_clear_error(&n->broken);
 	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
 	/* Created empty: uploaded at the first flush, even if nothing is
 	 * written, so the name exists for other hosts too. */
@@ -424,6 +429,8 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 			n->data = g_byte_array_new();
 		/* Emptied: S3 gets the empty file at close, even when the
 		 * old bytes were never fetched. */
+		if (truncate)
+			g_clear_error(&n->broken);
 		if (truncate && (n->data->len || n->size)) {
 			g_byte_array_set_size(n->data, 0);
 			n->size = 0;
@@ -484,6 +491,16 @@ gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf)
 	return got;
 }
 
+/* Remembers the first failed write of @n, so that close() fails too. */
+static void mark_broken(struct overlay *ov, struct onode *n,
+			const GError *error)
+{
+	g_mutex_lock(&ov->lock);
+	if (!n->broken)
+		n->broken = g_error_copy(error);
+	g_mutex_unlock(&ov->lock);
+}
+
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		       gsize size, GError **error)
 {
@@ -499,6 +516,7 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 			"write past write_max (%" G_GUINT64_FORMAT
 			" bytes): files are buffered whole in writable mode",
 			f->ov->write_max);
+		mark_broken(f->ov, n, *error);
 		return FALSE;
 	}
 	g_mutex_lock(&f->ov->lock);
@@ -571,6 +589,16 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	if (!f->writable || n->removed || n->version == n->uploaded) {
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
+	}
+	if (n->broken) {
+		/* Uploading what is buffered would publish a file cut short,
+		 * complete to every reader. */
+		g_set_error(error, BFS_ERROR, bfs_error_errno(n->broken),
+			    "'%s' not uploaded: an earlier write failed: %s",
+			    n->key, n->broken->message);
+		g_mutex_unlock(&ov->lock);
+		f->failed = TRUE;
+		return FALSE;
 	}
 	version = n->version;
 	body = g_bytes_new(n->data->data, n->data->len);

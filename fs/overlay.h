@@ -103,7 +103,12 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 /* Copies up to @size bytes at @off into @buf; returns how many. */
 gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
 
-/* Writes; EFBIG past write_max, EBADF on a read-only handle. */
+/*
+ * Writes; EFBIG past write_max, EBADF on a read-only handle.  After a
+ * failed write the file is never uploaded: every later flush fails with
+ * that write's errno and cause, until the file is emptied (O_TRUNC,
+ * create) again.
+ */
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		       gsize size, GError **error);
 

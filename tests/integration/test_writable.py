@@ -186,6 +186,32 @@ class WritableTest(harness.MountCase):
         self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
         os.unlink(p)
 
+    def test_failed_write_is_never_uploaded(self):
+        # A new file written past write_max: the write fails, and so
+        # does close(); S3 never gets the prefix that was buffered, or a
+        # cut-short checkpoint would look complete to every reader.
+        m = self.mount("cut", "writable", "write_max=3000000")
+        fd = os.open(m.path(".ckpt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, b"x" * 2_000_000)
+        with self.assertRaises(OSError) as cm:
+            os.write(fd, b"y" * 2_000_000)
+        self.assertEqual(cm.exception.errno, errno.EFBIG)
+        with self.assertRaises(OSError) as cm:
+            os.close(fd)
+        self.assertEqual(cm.exception.errno, errno.EFBIG)
+        self.assertFalse(self.server_has(".ckpt"))
+        time.sleep(1.5)  # the kernel's attribute cache of the name
+        self.assertFalse(os.path.exists(m.path(".ckpt")))
+        out = m.output()
+        self.assertIn("write '.ckpt'", out)
+        self.assertIn("close '.ckpt'", out)
+        self.assertIn("not uploaded: an earlier write failed", out)
+        # The name can be written again, whole this time.
+        with open(m.path(".ckpt"), "wb") as f:
+            f.write(b"z" * 1000)
+        self.assertEqual(self.s3_get(".ckpt"), b"z" * 1000)
+        os.unlink(m.path(".ckpt"))
+
     def test_holes_large_files_and_other_users(self):
         m = self.mount("holes", "writable", "write_max=100000000",
                        "allow_other", "dir_mode=0777", "file_mode=0666")
