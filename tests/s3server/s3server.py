@@ -86,6 +86,7 @@ MAX_SKEW_SECONDS = 15 * 60
 MAX_KEYS = 1000
 OPS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "OTHER",
        "UPLOADPART", "COMPLETE")  # multipart: faults on these two
+STATS_OPS = OPS[:6]             # always in the stats; the others once seen
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 CONTROL_PREFIX = "/_bucketfs/"
@@ -1110,14 +1111,14 @@ class Stats:
 
     def reset(self):
         with self.lock:
-            self.requests = dict.fromkeys(OPS, 0)
+            self.requests = dict.fromkeys(STATS_OPS, 0)
             self.status = {}
             self.faults_injected = 0
             self.bytes_sent = 0
 
     def count_request(self, op):
         with self.lock:
-            self.requests[op] += 1
+            self.requests[op] = self.requests.get(op, 0) + 1
 
     def count_response(self, status, body_bytes):
         with self.lock:
