@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "error.h"
 #include "overlay_internal.h"
@@ -31,18 +32,43 @@ void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size)
 	n->version++;
 }
 
-/* The first @ps bytes of the buffer, as a part; the rest stays.  Under
- * ov->lock. */
+/* A part's pages, unmapped when its upload lets go of it. */
+struct part_map {
+	void *p;
+	gsize len;
+};
+
+static void part_unmap(void *data)
+{
+	struct part_map *m = data;
+
+	munmap(m->p, m->len);
+	g_free(m);
+}
+
+/*
+ * The first @ps bytes of the buffer, copied into a part of their own;
+ * the rest moves to the front.  The part is mapped, not malloc'ed, so
+ * its pages go back to the system when it is uploaded: freed on a done
+ * thread, a heap chunk would stay cached in the writer's malloc arena,
+ * and the daemon's RSS would grow past the write_parts bound.  Under
+ * ov->lock.
+ */
 static GBytes *cut_part(struct onode *n, guint64 ps)
 {
-	GByteArray *old = n->data;
-	gsize tail = old->len - ps;
+	struct part_map *m = g_new0(struct part_map, 1);
 
-	n->data = g_byte_array_sized_new(ps + MAX(tail, (gsize)1 << 20));
-	g_byte_array_append(n->data, old->data + ps, tail);
-	g_byte_array_set_size(old, ps);
+	m->len = ps;
+	m->p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->p == MAP_FAILED)
+		g_error("overlay: cannot map a part of %" G_GUINT64_FORMAT
+			" bytes",
+			ps);
+	memcpy(m->p, n->data->data, ps);
+	g_byte_array_remove_range(n->data, 0, ps);
 	n->base += ps;
-	return g_byte_array_free_to_bytes(old);
+	return g_bytes_new_with_free_func(m->p, ps, part_unmap, m);
 }
 
 /* Why a write of a streamed file cannot be taken, or NULL.  Under
