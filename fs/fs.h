@@ -42,6 +42,8 @@ struct fs_options {
 	enum fs_direct_io direct_io;
 	gboolean writable; /* names beyond the index: see overlay.h */
 	guint64 write_max; /* writable mode's largest file; 0 = default */
+	guint64 part_size; /* multipart part size (upload.h); 0 = default */
+	guint write_parts; /* parts in flight, whole mount; 0 = default */
 	/*
 	 * Every file's and directory's owner, and their permission bits
 	 * (0 to 0777).  Write bits are shown only where a write can work:

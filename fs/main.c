@@ -34,6 +34,7 @@
 #include "mount.h"
 #include "ops.h"
 #include "s3.h"
+#include "upload.h"
 #include "version.h"
 
 #define DEFAULT_ENTRY_TIMEOUT	3600.0
@@ -98,11 +99,18 @@ static const char mount_help[] =
 "                          (one copy less, but mmap(MAP_SHARED) of them\n"
 "                          fails with ENODEV)\n"
 "    writable              let names the index doesn't have be created,\n"
-"                          written (uploaded whole with one PUT at\n"
-"                          close), removed, and looked up on S3; mkdir\n"
-"                          makes a \"DIR/\" marker; indexed objects stay\n"
-"                          read-only; rename and link give EXDEV\n"
-"    write_max=BYTES       largest file in writable mode (64 MiB)\n"
+"                          written (a new file streams as a multipart\n"
+"                          upload once past one part, sequentially;\n"
+"                          smaller ones go as one PUT; close and fsync\n"
+"                          complete it), removed, and looked up on S3;\n"
+"                          mkdir makes a \"DIR/\" marker; indexed objects\n"
+"                          stay read-only; rename and link give EXDEV\n"
+"    write_max=BYTES       largest file reopened for writing without\n"
+"                          O_TRUNC, buffered whole (64 MiB)\n"
+"    part_size=BYTES       multipart part size, 8 to 64 MiB (16 MiB)\n"
+"    write_parts=N         parts in flight for the whole mount, 1 to 64\n"
+"                          (4): memory for writes is about\n"
+"                          (N + files being written) x part_size\n"
 "    uid=USER              owner of every file and directory, a number\n"
 "                          or a name (default: the user who mounted)\n"
 "    gid=GROUP             their group (default: the mounting user's)\n"
@@ -292,6 +300,33 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 			return FALSE;
 		}
 		m->fs.write_max = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "part_size")) {
+		if (!parse_number(name, v, 1e12, &d, error) ||
+		    d < UPLOAD_PART_MIN || d > UPLOAD_PART_MAX) {
+			g_clear_error(error);
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'part_size': '%s' is not a size "
+				    "between 8 MiB (8388608) and 64 MiB "
+				    "(67108864)",
+				    v);
+			return FALSE;
+		}
+		m->fs.part_size = (guint64)d;
+		return TRUE;
+	}
+	if (!strcmp(name, "write_parts")) {
+		if (!parse_number(name, v, 64, &d, error) || d < 1 ||
+		    d != (guint)d) {
+			g_clear_error(error);
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option 'write_parts': '%s' is not a whole "
+				    "number between 1 and 64",
+				    v);
+			return FALSE;
+		}
+		m->fs.write_parts = (guint)d;
 		return TRUE;
 	}
 	if (!strcmp(name, "readahead")) {

@@ -643,6 +643,7 @@ const struct fuse_lowlevel_ops fs_ops = {
 	.read = op_read,
 	.write = op_write,
 	.flush = op_flush,
+	.fsync = op_fsync,
 	.release = op_release,
 	.statfs = op_statfs,
 	.getxattr = op_getxattr,

@@ -5,41 +5,8 @@
 #include "error.h"
 #include "index.h"
 #include "log.h"
-#include "overlay.h"
-
-/* A name the index doesn't have.  Fields under ov->lock. */
-struct onode {
-	guint64 node;
-	char *key; /* full key, no trailing '/' */
-	gboolean is_dir;
-	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
-	guint64 size;
-	gint64 mtime;
-	char *etag;	    /* as last seen on S3, NULL for a new file */
-	guint64 lookups;    /* kernel lookups */
-	guint opens;	    /* open handles */
-	GByteArray *data;   /* the bytes while open (or not yet uploaded) */
-	guint64 version;    /* bumped by each change of data */
-	guint64 uploaded;   /* the version S3 has */
-	gboolean uploading; /* a PUT or DELETE of it is in flight */
-};
-
-struct overlay {
-	struct s3 *s3;
-	guint64 write_max;
-	GMutex lock;
-	GHashTable *by_node; /* node number -> struct onode (owned) */
-	GHashTable *by_key;  /* key -> struct onode (borrowed) */
-	guint64 next_node;
-	GCond idle; /* a node's uploading went FALSE */
-};
-
-struct ov_file {
-	struct overlay *ov;
-	struct onode *n;
-	gboolean writable;
-	gboolean failed; /* an upload failed: close() said so */
-};
+#include "overlay_internal.h"
+#include "upload.h"
 
 static void onode_free(void *p)
 {
@@ -49,14 +16,19 @@ static void onode_free(void *p)
 	g_free(n->etag);
 	if (n->data)
 		g_byte_array_unref(n->data);
+	g_clear_error(&n->broken);
+	g_free(n->s3_etag);
+	g_mutex_clear(&n->wlock);
 	g_free(n);
 }
 
-struct overlay *overlay_new(struct s3 *s3, guint64 write_max)
+struct overlay *overlay_new(struct s3 *s3, guint64 write_max, guint64 part_size,
+			    guint parts_max)
 {
 	struct overlay *ov = g_new0(struct overlay, 1);
 
 	ov->s3 = s3;
+	ov->up = uploader_new(s3, part_size, parts_max);
 	ov->write_max = write_max ? write_max : OVERLAY_DEFAULT_WRITE_MAX;
 	g_mutex_init(&ov->lock);
 	g_cond_init(&ov->idle);
@@ -72,6 +44,7 @@ void overlay_free(struct overlay *ov)
 		return;
 	g_hash_table_unref(ov->by_key);
 	g_hash_table_unref(ov->by_node);
+	uploader_free(ov->up);
 	g_cond_clear(&ov->idle);
 	g_mutex_clear(&ov->lock);
 	g_free(ov);
@@ -125,6 +98,7 @@ static struct onode *node_get(struct overlay *ov, const char *key,
 	n->node = ++ov->next_node;
 	n->key = g_strdup(key);
 	n->is_dir = is_dir;
+	g_mutex_init(&n->wlock);
 	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
 	g_hash_table_insert(ov->by_node, &n->node, n);
 	g_hash_table_insert(ov->by_key, n->key, n);
@@ -256,6 +230,8 @@ static struct ov_file *file_new(struct overlay *ov, struct onode *n,
 	f->n = n;
 	f->writable = writable;
 	n->opens++;
+	if (writable)
+		n->writers++;
 	return f;
 }
 
@@ -265,13 +241,22 @@ gboolean overlay_create(struct overlay *ov, const char *key,
 {
 	struct onode *n;
 
-	(void)error;
 	g_mutex_lock(&ov->lock);
 	n = node_get(ov, key, FALSE);
+	if (n->writers && n->streamable) {
+		g_mutex_unlock(&ov->lock);
+		g_set_error(error, BFS_ERROR, EBUSY,
+			    "'%s' is being written by another handle", key);
+		return FALSE;
+	}
+	n->streamable = TRUE;
+	n->sealed = FALSE;
+	n->base = 0;
 	if (!n->data)
 		n->data = g_byte_array_new();
 	g_byte_array_set_size(n->data, 0);
 	n->size = 0;
+	g_clear_error(&n->broken);
 	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
 	/* Created empty: uploaded at the first flush, even if nothing is
 	 * written, so the name exists for other hosts too. */
@@ -419,11 +404,27 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 		g_set_error(error, BFS_ERROR, EISDIR, "a directory");
 		return NULL;
 	}
+	if (n->streamable && (n->base || (writable && n->writers))) {
+		g_mutex_unlock(&ov->lock);
+		g_set_error(error, BFS_ERROR, EBUSY,
+			    "'%s' is being written as a multipart upload: "
+			    "readable once closed, one writer at a time",
+			    n->key);
+		return NULL;
+	}
+	if (writable && !n->writers) {
+		/* Written again from its start, it streams again; changed in
+		 * place, it is buffered whole (write_max). */
+		n->streamable = truncate;
+		n->sealed = FALSE;
+	}
 	if (n->data || truncate) {
 		if (!n->data)
 			n->data = g_byte_array_new();
 		/* Emptied: S3 gets the empty file at close, even when the
 		 * old bytes were never fetched. */
+		if (truncate)
+			g_clear_error(&n->broken);
 		if (truncate && (n->data->len || n->size)) {
 			g_byte_array_set_size(n->data, 0);
 			n->size = 0;
@@ -476,12 +477,22 @@ gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf)
 	gsize got = 0;
 
 	g_mutex_lock(&f->ov->lock);
-	if (n->data && off < n->data->len) {
-		got = MIN(size, n->data->len - off);
-		memcpy(buf, n->data->data + off, got);
+	/* A streamed file's parts sent are no longer here. */
+	if (n->data && off >= n->base && off - n->base < n->data->len) {
+		got = MIN(size, n->data->len - (off - n->base));
+		memcpy(buf, n->data->data + (off - n->base), got);
 	}
 	g_mutex_unlock(&f->ov->lock);
 	return got;
+}
+
+/* Remembers the first failed write of @n, so that close() fails too. */
+void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error)
+{
+	g_mutex_lock(&ov->lock);
+	if (!n->broken)
+		n->broken = g_error_copy(error);
+	g_mutex_unlock(&ov->lock);
 }
 
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
@@ -493,27 +504,23 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		g_set_error(error, BFS_ERROR, EBADF, "not open for writing");
 		return FALSE;
 	}
+	g_mutex_lock(&f->ov->lock);
+	if (n->streamable) {
+		g_mutex_unlock(&f->ov->lock);
+		return ov_stream_write(f, off, buf, size, error);
+	}
+	g_mutex_unlock(&f->ov->lock);
 	if (off + size > f->ov->write_max || off + size < off) {
 		g_set_error(
 			error, BFS_ERROR, EFBIG,
 			"write past write_max (%" G_GUINT64_FORMAT
 			" bytes): files are buffered whole in writable mode",
 			f->ov->write_max);
+		ov_mark_broken(f->ov, n, *error);
 		return FALSE;
 	}
 	g_mutex_lock(&f->ov->lock);
-	if (n->data->len < off + size) {
-		guint old = n->data->len;
-
-		g_byte_array_set_size(n->data, off + size);
-		/* A write past the end leaves a hole: zeros, as in a file. */
-		if (off > old)
-			memset(n->data->data + old, 0, off - old);
-	}
-	memcpy(n->data->data + off, buf, size);
-	n->size = n->data->len;
-	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
-	n->version++;
+	ov_buffer_write(n, off, buf, size);
 	g_mutex_unlock(&f->ov->lock);
 	return TRUE;
 }
@@ -553,7 +560,25 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 	return ok;
 }
 
+static gboolean flush_put(struct ov_file *f, GError **error);
+
 gboolean overlay_flush(struct ov_file *f, GError **error)
+{
+	struct onode *n = f->n;
+	gboolean ok;
+
+	/* Not under ov->lock: wlock comes first. */
+	g_mutex_lock(&n->wlock);
+	if (f->writable && n->up)
+		ok = ov_stream_complete(f, error);
+	else
+		ok = flush_put(f, error);
+	g_mutex_unlock(&n->wlock);
+	return ok;
+}
+
+/* The file's bytes, whole in memory, PUT as one object. */
+static gboolean flush_put(struct ov_file *f, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
@@ -571,6 +596,16 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	if (!f->writable || n->removed || n->version == n->uploaded) {
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
+	}
+	if (n->broken) {
+		/* Uploading what is buffered would publish a file cut short,
+		 * complete to every reader. */
+		g_set_error(error, BFS_ERROR, bfs_error_errno(n->broken),
+			    "'%s' not uploaded: an earlier write failed: %s",
+			    n->key, n->broken->message);
+		g_mutex_unlock(&ov->lock);
+		f->failed = TRUE;
+		return FALSE;
 	}
 	version = n->version;
 	body = g_bytes_new(n->data->data, n->data->len);
@@ -621,6 +656,8 @@ void overlay_release(struct ov_file *f)
 	}
 	g_mutex_lock(&ov->lock);
 	n->opens--;
+	if (f->writable)
+		n->writers--;
 	if (!n->opens && f->failed && n->version != n->uploaded) {
 		/* What S3 has is the truth: a name never uploaded goes, an
 		 * older upload is looked up again. */
@@ -684,4 +721,25 @@ GPtrArray *overlay_children(struct overlay *ov, const char *dir_key)
 	g_mutex_unlock(&ov->lock);
 	g_ptr_array_sort(out, dirent_cmp);
 	return out;
+}
+
+gboolean overlay_large_file(struct overlay *ov, guint64 node, guint64 *size,
+			    char **etag)
+{
+	struct onode *n;
+	gboolean ok;
+
+	g_mutex_lock(&ov->lock);
+	n = g_hash_table_lookup(ov->by_node, &node);
+	ok = n && !n->removed && !n->is_dir && !n->data && !n->writers &&
+	     n->version == n->uploaded && n->size > ov->write_max;
+	if (ok) {
+		*size = n->size;
+		/* RGW 16.2 completes with an empty <ETag>: no If-Match. */
+		const char *e = n->etag && *n->etag ? n->etag : n->s3_etag;
+
+		*etag = e && *e ? g_strdup(e) : NULL;
+	}
+	g_mutex_unlock(&ov->lock);
+	return ok;
 }

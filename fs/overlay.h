@@ -8,9 +8,17 @@
  * checks need on a dataset mount: create, stat and unlink a probe
  * dot-file, see another host's, and mkdir train/, valid/ and test/.
  *
- * The limits (bucketfs(1), WRITES): a file is buffered whole in memory up
- * to write_max bytes and uploaded by one PUT when it is closed (flush), so
- * close() reports the upload's error; objects of the index stay read-only;
+ * The limits (bucketfs(1), WRITES): a new file (made by create, or
+ * emptied by O_TRUNC) is buffered in memory and, once it outgrows one
+ * part (part_size=), streamed to S3 as a multipart upload (upload.h)
+ * while it is written: writes must then be sequential (EINVAL for one
+ * before what is buffered, or a hole of more than a part), one writer
+ * at a time (EBUSY), and it is not readable until closed (EBUSY).  A
+ * file smaller than a part goes up by one PUT.  A file reopened without
+ * O_TRUNC is buffered whole, up to write_max bytes.  Either way the
+ * upload ends at close (flush) or fsync, which report its error, and
+ * nothing is visible on S3 before; after fsync completed a streamed
+ * file, writes fail with EBADF.  Objects of the index stay read-only;
  * no rename (EXDEV, so mv copies), hard links (EXDEV) or symlinks;
  * permissions and times are not stored; names made on other hosts are
  * found by lookup at once but listed only after the next index build.
@@ -48,7 +56,9 @@ struct ov_attr {
 };
 
 /* @s3 is borrowed and must outlive the overlay. */
-struct overlay *overlay_new(struct s3 *s3, guint64 write_max);
+/* @part_size and @parts_max: upload.h's (0: defaults). */
+struct overlay *overlay_new(struct s3 *s3, guint64 write_max, guint64 part_size,
+			    guint parts_max);
 void overlay_free(struct overlay *ov);
 
 /*
@@ -103,7 +113,12 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 /* Copies up to @size bytes at @off into @buf; returns how many. */
 gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
 
-/* Writes; EFBIG past write_max, EBADF on a read-only handle. */
+/*
+ * Writes; EFBIG past write_max, EBADF on a read-only handle.  After a
+ * failed write the file is never uploaded: every later flush fails with
+ * that write's errno and cause, until the file is emptied (O_TRUNC,
+ * create) again.
+ */
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		       gsize size, GError **error);
 
@@ -111,7 +126,11 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 			  GError **error);
 
-/* PUTs the file if it changed since its last upload. */
+/*
+ * Uploads the file if it changed since its last upload: completes its
+ * multipart upload, or PUTs it whole.  After a failure the file is not
+ * on S3 (an upload is aborted) and every later flush fails the same way.
+ */
 gboolean overlay_flush(struct ov_file *f, GError **error);
 
 /* Closes without uploading: the open never reached the caller. */
@@ -120,6 +139,14 @@ void overlay_discard(struct ov_file *f);
 /* Closes; uploads first if still dirty and no upload through this handle
  * failed yet (the error is logged). */
 void overlay_release(struct ov_file *f);
+
+/*
+ * Whether node @node is a file on S3 too large to be fetched whole
+ * (over write_max) and not open for writing: then it is read like an
+ * indexed file, @size bytes of ETag *@etag (g_free; may be NULL).
+ */
+gboolean overlay_large_file(struct overlay *ov, guint64 node, guint64 *size,
+			    char **etag);
 
 /*
  * The overlay names directly inside directory @dir_key ("" for the

@@ -13,7 +13,9 @@
 #include "attr.h"
 #include "error.h"
 #include "log.h"
+#include "open_path.h"
 #include "overlay_ops.h"
+#include "readahead.h"
 
 void ov_fill_stat(const struct fs *fs, const struct ov_attr *a, struct stat *st)
 {
@@ -198,9 +200,23 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
 	gboolean wr = (fi->flags & O_ACCMODE) != O_RDONLY;
 	struct ov_file *of;
+	g_autofree char *etag = NULL;
+	guint64 size;
 
 	if (!key) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if (!wr && !(fi->flags & O_TRUNC) &&
+	    overlay_large_file(fs->ov, ino & ID_MASK, &size, &etag)) {
+		/* A large file written (or found) on S3 reads like an
+		 * indexed one: through the readahead, not fetched whole. */
+		struct handle *h = handle_new(fs, g_strdup(key));
+
+		h->rf = readahead_open(fs->ra, h->key, etag, size);
+		fi->fh = (uint64_t)(uintptr_t)h;
+		fi->noflush = 1;
+		open_answer(req, fs, ino, h, fi, size);
 		return;
 	}
 	of = overlay_open(fs->ov, ino & ID_MASK, wr, !!(fi->flags & O_TRUNC),
@@ -238,6 +254,24 @@ void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	(void)ino;
 	if (h->of && !overlay_flush(h->of, &error))
 		reply_ov_error(req, error, "close", h->key);
+	else
+		fuse_reply_err(req, 0);
+}
+
+/*
+ * fsync(): the upload happens now, as at close, and fsync() says how it
+ * went; a streamed file is then complete on S3 and takes no more writes
+ * (EBADF), as with mountpoint-s3.
+ */
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	      struct fuse_file_info *fi)
+{
+	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	g_autoptr(GError) error = NULL;
+
+	(void)ino, (void)datasync;
+	if (h->of && !overlay_flush(h->of, &error))
+		reply_ov_error(req, error, "fsync", h->key);
 	else
 		fuse_reply_err(req, 0);
 }
@@ -313,6 +347,13 @@ static char *new_name_key(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 		return NULL;
 	}
 	if (indexed(fs, parent, name)) {
+		g_autofree char *n = log_escape(name, -1);
+
+		/* An indexed object is never overwritten through the mount. */
+		log_msg(LOG_LEVEL_NOTICE,
+			"create '%s': an object of the index, read-only "
+			"(EEXIST)",
+			n);
 		fuse_reply_err(req, EEXIST);
 		return NULL;
 	}

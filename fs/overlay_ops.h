@@ -54,6 +54,8 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	      off_t off, struct fuse_file_info *fi);
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi);
+void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
+	      struct fuse_file_info *fi);
 void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi);
 void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,

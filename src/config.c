@@ -805,6 +805,8 @@ static const char *const mount_keys[] = {
 	"readahead",
 	"direct_io",
 	"write_max",
+	"part_size",
+	"write_parts",
 	"writable?",
 	"allow_other?",
 	"uid",

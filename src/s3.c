@@ -34,7 +34,19 @@ struct s3 {
 	gint range_quirk_logged; /* atomic: a server ignored a Range */
 };
 
-enum call_kind { CALL_GET, CALL_HEAD, CALL_LIST, CALL_PUT, CALL_DELETE };
+enum call_kind {
+	CALL_GET,
+	CALL_HEAD,
+	CALL_LIST,
+	CALL_PUT,
+	CALL_DELETE,
+	/* multipart upload (judge_mpu()) */
+	CALL_MPU_CREATE,
+	CALL_MPU_PART,
+	CALL_MPU_COMPLETE,
+	CALL_MPU_ABORT,
+	CALL_MPU_LIST,
+};
 
 /*
  * One S3 call.  Built by the caller's thread, then owned by the HTTP
@@ -56,6 +68,9 @@ struct call {
 	struct s3_object_meta meta;
 	struct s3_list_page *page; /* CALL_LIST result */
 	gboolean probe;		   /* CALL_LIST: a malformed page is final */
+	char *result; /* CALL_MPU_CREATE: UploadId; COMPLETE: ETag */
+	struct s3_uploads_page *uploads; /* CALL_MPU_LIST result */
+	s3_part_done_fn part_done;	 /* async CALL_MPU_PART */
 
 	s3_get_done_fn get_done; /* async GET */
 	void *user;
@@ -70,6 +85,8 @@ struct sync {
 	GBytes *data;
 	struct s3_object_meta meta;
 	struct s3_list_page *page;
+	char *result;
+	struct s3_uploads_page *uploads;
 	GError *error;
 };
 
@@ -91,6 +108,8 @@ static void call_free(void *p)
 	g_free(call->payload_sha256);
 	g_clear_pointer(&call->sign_headers, g_ptr_array_unref);
 	g_clear_pointer(&call->page, s3_list_page_free);
+	g_free(call->result);
+	g_clear_pointer(&call->uploads, s3_uploads_page_free);
 	s3_object_meta_clear(&call->meta);
 	g_free(call);
 }
@@ -115,9 +134,14 @@ static const char *method_of(enum call_kind kind)
 	case CALL_HEAD:
 		return "HEAD";
 	case CALL_PUT:
+	case CALL_MPU_PART:
 		return "PUT";
 	case CALL_DELETE:
+	case CALL_MPU_ABORT:
 		return "DELETE";
+	case CALL_MPU_CREATE:
+	case CALL_MPU_COMPLETE:
+		return "POST";
 	default:
 		return "GET";
 	}
@@ -624,6 +648,9 @@ static enum http_verdict judge_get_body(struct call *call,
 	return HTTP_VERDICT_DONE;
 }
 
+static enum http_verdict
+judge_mpu(struct call *call, const struct http_response *resp, GError **error);
+
 static enum http_verdict call_judge(const struct http_response *resp,
 				    void *data, GError **error)
 {
@@ -632,6 +659,8 @@ static enum http_verdict call_judge(const struct http_response *resp,
 	if (resp->status < 200 || resp->status >= 300)
 		return judge_error(call, resp, error);
 	meta_from_response(&call->meta, resp);
+	if (call->kind >= CALL_MPU_CREATE)
+		return judge_mpu(call, resp, error);
 	if (call->kind == CALL_GET) {
 		if (call->if_match && call->meta.etag &&
 		    strcmp(call->if_match, call->meta.etag) != 0) {
@@ -688,9 +717,16 @@ static void call_done(struct http_request *req, struct http_response *resp,
 		call->get_done(bytes, &call->meta, error, call->user);
 		return;
 	}
+	if (call->part_done) {
+		call->part_done(error ? NULL : call->meta.etag, error,
+				call->user);
+		return;
+	}
 	g_mutex_lock(&call->sync->lock);
 	call->sync->data = g_steal_pointer(&bytes);
 	call->sync->page = g_steal_pointer(&call->page);
+	call->sync->result = g_steal_pointer(&call->result);
+	call->sync->uploads = g_steal_pointer(&call->uploads);
 	meta_move(&call->sync->meta, &call->meta);
 	call->sync->error = error ? g_error_copy(error) : NULL;
 	call->sync->finished = TRUE;
@@ -1175,4 +1211,209 @@ struct http *s3_get_http(struct s3 *s3)
 const char *const *s3_endpoints(const struct s3 *s3)
 {
 	return (const char *const *)s3->endpoints;
+}
+
+/* -- multipart upload --------------------------------------------------- */
+
+static gboolean code_is_transient(const char *code)
+{
+	return code &&
+	       (!strcmp(code, "InternalError") || !strcmp(code, "SlowDown") ||
+		!strcmp(code, "ServiceUnavailable"));
+}
+
+/* Complete's answer: S3 may say 200 and still fail it, in the body. */
+static enum http_verdict judge_complete(struct call *call,
+					const struct http_response *resp,
+					GError **error)
+{
+	g_auto(s3_error_info) info = { 0 };
+	g_autoptr(GError) perr = NULL;
+	const char *rid = call->meta.request_id;
+
+	g_clear_pointer(&call->result, g_free);
+	if (s3_xml_parse_complete((const char *)resp->body->data,
+				  resp->body->len, &call->result, &info, &perr))
+		return HTTP_VERDICT_DONE;
+	if (perr) {
+		g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s", perr->message,
+			    rid ? " (RequestId: " : "", rid ? rid : "",
+			    rid ? ")" : "");
+		return HTTP_VERDICT_FAIL;
+	}
+	g_set_error(error, BFS_ERROR,
+		    code_is_transient(info.code) ? EIO : EINVAL,
+		    "HTTP %ld %s: %s (RequestId: %s)", resp->status,
+		    info.code ? info.code : "(no code)",
+		    info.message ? info.message : "",
+		    info.request_id ? info.request_id : (rid ? rid : "none"));
+	return code_is_transient(info.code) ? HTTP_VERDICT_RETRY
+					    : HTTP_VERDICT_FAIL;
+}
+
+static enum http_verdict
+judge_mpu(struct call *call, const struct http_response *resp, GError **error)
+{
+	const char *body = (const char *)resp->body->data;
+	g_autoptr(GError) perr = NULL;
+
+	switch (call->kind) {
+	case CALL_MPU_CREATE:
+		g_clear_pointer(&call->result, g_free);
+		call->result =
+			s3_xml_parse_initiate(body, resp->body->len, &perr);
+		break;
+	case CALL_MPU_PART:
+		if (!call->meta.etag || !*call->meta.etag)
+			g_set_error_literal(&perr, BFS_ERROR, EPROTO,
+					    "UploadPart answered without an "
+					    "ETag");
+		break;
+	case CALL_MPU_COMPLETE:
+		return judge_complete(call, resp, error);
+	case CALL_MPU_LIST:
+		g_clear_pointer(&call->uploads, s3_uploads_page_free);
+		call->uploads =
+			s3_xml_parse_uploads(body, resp->body->len, &perr);
+		break;
+	default:
+		break;
+	}
+	if (!perr)
+		return HTTP_VERDICT_DONE;
+	g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s", perr->message,
+		    call->meta.request_id ? " (RequestId: " : "",
+		    call->meta.request_id ? call->meta.request_id : "",
+		    call->meta.request_id ? ")" : "");
+	return HTTP_VERDICT_FAIL;
+}
+
+static struct call *mpu_call(struct s3 *s3, enum call_kind kind,
+			     const char *key, const char *upload_id, guint part)
+{
+	struct call *call = call_new(s3, kind, key);
+	g_autoptr(GString) q = g_string_new(NULL);
+
+	if (part)
+		g_string_append_printf(q, "partNumber=%u", part);
+	append_query(q, "uploadId", upload_id);
+	if (kind == CALL_MPU_CREATE)
+		g_string_append(q, "uploads=");
+	call->query = g_string_free(g_steal_pointer(&q), FALSE);
+	return call;
+}
+
+/* Signs @body's SHA-256 and sends it with @req. */
+static void mpu_set_body(struct call *call, struct http_request *req,
+			 GBytes *body)
+{
+	gsize len;
+	const guchar *p = g_bytes_get_data(body, &len);
+
+	call->payload_sha256 = g_compute_checksum_for_data(
+		G_CHECKSUM_SHA256, p ? p : (const guchar *)"", len);
+	http_request_set_upload(req, body);
+}
+
+char *s3_mpu_create(struct s3 *s3, const char *key, GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = mpu_call(s3, CALL_MPU_CREATE, key, NULL, 0);
+	g_autofree char *what = describe(s3, "CreateMultipartUpload", key);
+	struct http_request *req = request_for(call, what, -1);
+	g_autoptr(GBytes) empty = g_bytes_new_static("", 0);
+	gboolean ok;
+
+	g_ptr_array_add(call->sign_headers,
+			g_strdup("Content-Type: application/octet-stream"));
+	mpu_set_body(call, req, empty);
+	/* A retry may leave a second upload behind: aborted by the tool
+	 * that lists leftovers, never completed. */
+	http_request_set_idempotent(req, TRUE);
+	ok = run_sync(s3, call, req, &sync, error);
+	s3_object_meta_clear(&sync.meta);
+	if (!ok)
+		return NULL;
+	return sync.result;
+}
+
+void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
+		       guint part, GBytes *body, s3_part_done_fn done,
+		       void *user)
+{
+	struct call *call = mpu_call(s3, CALL_MPU_PART, key, upload_id, part);
+	g_autofree char *what = NULL;
+	struct http_request *req;
+
+	what = g_strdup_printf("UploadPart %u of s3://%s/%s", part, s3->bucket,
+			       key);
+	req = request_for(call, what, -1);
+	mpu_set_body(call, req, body);
+	/* The same part number again replaces the part: harmless. */
+	http_request_set_idempotent(req, TRUE);
+	call->part_done = done;
+	call->user = user;
+	http_submit(s3->http, req);
+}
+
+gboolean s3_mpu_complete(struct s3 *s3, const char *key, const char *upload_id,
+			 const char *const *etags, guint n, char **etag,
+			 GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = mpu_call(s3, CALL_MPU_COMPLETE, key, upload_id, 0);
+	g_autofree char *what = describe(s3, "CompleteMultipartUpload", key);
+	struct http_request *req = request_for(call, what, -1);
+	char *xml = s3_xml_complete_body(etags, n);
+	g_autoptr(GBytes) body = g_bytes_new_take(xml, strlen(xml));
+	gboolean ok;
+
+	g_ptr_array_add(call->sign_headers,
+			g_strdup("Content-Type: application/xml"));
+	mpu_set_body(call, req, body);
+	http_request_set_idempotent(req, TRUE);
+	ok = run_sync(s3, call, req, &sync, error);
+	s3_object_meta_clear(&sync.meta);
+	if (etag)
+		*etag = g_steal_pointer(&sync.result);
+	g_free(sync.result);
+	return ok;
+}
+
+gboolean s3_mpu_abort(struct s3 *s3, const char *key, const char *upload_id,
+		      GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = mpu_call(s3, CALL_MPU_ABORT, key, upload_id, 0);
+	g_autofree char *what = describe(s3, "AbortMultipartUpload", key);
+	struct http_request *req = request_for(call, what, -1);
+	gboolean ok;
+
+	http_request_set_idempotent(req, TRUE);
+	ok = run_sync(s3, call, req, &sync, error);
+	s3_object_meta_clear(&sync.meta);
+	return ok;
+}
+
+struct s3_uploads_page *s3_mpu_list(struct s3 *s3, const char *prefix,
+				    const char *key_marker,
+				    const char *upload_id_marker,
+				    GError **error)
+{
+	struct sync sync = { 0 };
+	struct call *call = call_new(s3, CALL_MPU_LIST, NULL);
+	g_autofree char *what = describe(s3, "ListMultipartUploads", prefix);
+	g_autoptr(GString) q = g_string_new(NULL);
+	struct http_request *req;
+	gboolean ok;
+
+	append_query(q, "key-marker", key_marker);
+	append_query(q, "prefix", prefix);
+	append_query(q, "upload-id-marker", upload_id_marker);
+	g_string_append_printf(q, "%suploads=", q->len ? "&" : "");
+	call->query = g_string_free(g_steal_pointer(&q), FALSE);
+	req = request_for(call, what, -1);
+	ok = run_sync(s3, call, req, &sync, error);
+	s3_object_meta_clear(&sync.meta);
+	return ok ? sync.uploads : NULL;
 }

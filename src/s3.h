@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * s3.h - S3 verbs on top of the HTTP engine: GetObject, HeadObject,
- * PutObject, DeleteObject, ListObjectsV2, signed with SigV4, errors parsed
- * from S3's XML.
+ * PutObject, DeleteObject, ListObjectsV2, multipart upload, signed with
+ * SigV4, errors parsed from S3's XML.
  *
  * This is the only module that turns HTTP statuses and S3 error codes into
  * errno values:
@@ -203,5 +203,50 @@ typedef gboolean (*s3_list_fn)(struct s3_list_page *page, void *user,
  */
 gboolean s3_list_all(struct s3 *s3, const struct s3_list_args *args,
 		     s3_list_fn fn, void *user, GError **error);
+
+/*
+ * Multipart upload (upload.h drives it).  Each call is one request with
+ * the engine's retries (all of them idempotent: a part sent twice
+ * replaces itself, an abort or complete repeated is answered 404
+ * NoSuchUpload, ENOENT).  Errors as for PUT; Complete also fails when a
+ * 200 carries an <Error> (EINVAL, or retried for InternalError).
+ */
+
+/* CreateMultipartUpload of @key: its UploadId (g_free), or NULL.
+ * Blocking; any thread except the HTTP engine's own. */
+char *s3_mpu_create(struct s3 *s3, const char *key, GError **error);
+
+/*
+ * Called once when an UploadPart ends, on an HTTP done thread; must not
+ * block.  @etag (borrowed) is the part's, @error NULL, or @etag NULL and
+ * @error the whole cause chain.
+ */
+typedef void (*s3_part_done_fn)(const char *etag, const GError *error,
+				void *user);
+
+/* Starts UploadPart @part (1..10000) of @body (referenced while in
+ * flight), its SHA-256 signed.  Any thread; returns at once. */
+void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
+		       guint part, GBytes *body, s3_part_done_fn done,
+		       void *user);
+
+/* CompleteMultipartUpload of parts 1..@n with ETags @etags; the object's
+ * new ETag in *@etag (g_free; may be NULL) if @etag is not NULL.
+ * Blocking. */
+gboolean s3_mpu_complete(struct s3 *s3, const char *key, const char *upload_id,
+			 const char *const *etags, guint n, char **etag,
+			 GError **error);
+
+/* AbortMultipartUpload.  Blocking. */
+gboolean s3_mpu_abort(struct s3 *s3, const char *key, const char *upload_id,
+		      GError **error);
+
+/* One ListMultipartUploads page of the uploads under @prefix (NULL: all),
+ * after the markers (NULL: from the start).  Free with
+ * s3_uploads_page_free().  Blocking. */
+struct s3_uploads_page *s3_mpu_list(struct s3 *s3, const char *prefix,
+				    const char *key_marker,
+				    const char *upload_id_marker,
+				    GError **error);
 
 #endif

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * s3_xml.h - parsing the XML bodies S3 sends: ListObjectsV2 pages and
- * <Error> documents.
+ * s3_xml.h - parsing the XML bodies S3 sends: ListObjectsV2 pages,
+ * <Error> documents and the answers of multipart upload.
  *
  * Pure functions: no I/O, no clock, no logging.  Input is a byte buffer
  * that need not be NUL-terminated and may be anything at all (it is fuzzed):
@@ -165,5 +165,54 @@ G_DEFINE_AUTO_CLEANUP_CLEAR_FUNC(s3_error_info, s3_error_info_clear)
  * caller names the element.  Any thread.
  */
 gboolean s3_xml_parse_time(const char *s, gint64 *out);
+
+/* -- multipart upload ------------------------------------------------- */
+
+/*
+ * CreateMultipartUpload's answer (<InitiateMultipartUploadResult>): its
+ * non-empty <UploadId>, newly allocated; NULL with EPROTO (an <Error>
+ * root gives its code and message).  Any thread, after s3_xml_init().
+ */
+char *s3_xml_parse_initiate(const char *buf, gsize len, GError **error);
+
+/*
+ * CompleteMultipartUpload's answer, which S3 may send with status 200
+ * even when the upload failed.  <CompleteMultipartUploadResult>: TRUE,
+ * and its <ETag> unquoted (newly allocated, NULL if absent) in *@etag.
+ * <Error>: FALSE with @info filled (clear it) and @error NULL.  Anything
+ * else: FALSE with @error EPROTO.  Any thread, after s3_xml_init().
+ */
+gboolean s3_xml_parse_complete(const char *buf, gsize len, char **etag,
+			       struct s3_error_info *info, GError **error);
+
+/*
+ * The body of CompleteMultipartUpload for parts 1..@n whose ETags are
+ * @etags (as the server gave them, quotes or not).  Newly allocated.
+ */
+char *s3_xml_complete_body(const char *const *etags, guint n);
+
+/* One <Upload> of a ListMultipartUploads page.  Plain data. */
+struct s3_upload {
+	char *key;	  /* never empty */
+	char *upload_id;  /* never empty */
+	gint64 initiated; /* <Initiated>, seconds since the epoch, or 0 */
+};
+
+struct s3_uploads_page {
+	GPtrArray *uploads; /* of struct s3_upload *, owned; never NULL */
+	gboolean is_truncated;
+	char *next_key_marker;	     /* NULL if absent */
+	char *next_upload_id_marker; /* NULL if absent */
+};
+
+/*
+ * Parses a ListMultipartUploads page (root <ListMultipartUploadsResult>;
+ * keys taken as sent, no encoding-type).  NULL with EPROTO for anything
+ * else, an <Error> root or an <Upload> without Key or UploadId.  Free
+ * with s3_uploads_page_free().  Any thread, after s3_xml_init().
+ */
+struct s3_uploads_page *s3_xml_parse_uploads(const char *buf, gsize len,
+					     GError **error);
+void s3_uploads_page_free(struct s3_uploads_page *page);
 
 #endif

@@ -7,11 +7,14 @@
  *   bucketfs-index verify s3://BUCKET[/PREFIX] [-o OPT...]
  *   bucketfs-index publish s3://BUCKET[/PREFIX] [--to s3://B/KEY] [--build]
  *   bucketfs-index unpublish s3://BUCKET[/PREFIX] [--to s3://B/KEY]
+ *   bucketfs-index uploads s3://BUCKET[/PREFIX] [--abort]
  *
  * The index lives at -o index=PATH, else at the default location for the
  * bucket and prefix (the one bucketfs uses).  A mounted bucketfs switches
  * to a rebuilt index on SIGHUP.  publish uploads the (checked) local index
  * so that mounts elsewhere take it with -o index_url= instead of listing.
+ * uploads lists the multipart uploads left under the prefix (by a writable
+ * mount that died mid-file) and, with --abort, aborts them.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -38,6 +41,7 @@ struct tool {
 	gboolean quiet;
 	gboolean build; /* publish: build first even if an index exists */
 	char *to;	/* publish: s3://B/KEY, or NULL for the default */
+	gboolean abort; /* uploads: abort what is listed */
 };
 
 /* Where publish puts the index by default, below the bucket's top-level
@@ -388,10 +392,76 @@ static int cmd_unpublish(struct tool *t)
 	return 0;
 }
 
+/* One leftover upload: listed, and aborted with --abort. */
+static void upload_do(struct tool *t, struct s3 *s3, const struct s3_upload *u,
+		      guint *failed)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *k = log_escape(u->key, -1);
+	char when[32] = "?";
+	struct tm tm;
+	time_t sec = (time_t)u->initiated;
+
+	if (u->initiated && gmtime_r(&sec, &tm))
+		strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+	if (!t->abort) {
+		printf("%s  %s  upload id %s\n", when, k, u->upload_id);
+		return;
+	}
+	if (!s3_mpu_abort(s3, u->key, u->upload_id, &error) &&
+	    bfs_error_errno(error) != ENOENT) {
+		fprintf(stderr, "bucketfs-index: not aborted: %s\n",
+			error->message);
+		(*failed)++;
+		return;
+	}
+	printf("aborted  %s  %s  upload id %s\n", when, k, u->upload_id);
+}
+
+static int cmd_uploads(struct tool *t)
+{
+	g_autoptr(GError) error = NULL;
+	g_autofree char *key_marker = NULL, *id_marker = NULL;
+	struct s3 *s3 = s3_new(&t->cfg, &error);
+	guint failed = 0, seen = 0;
+	gboolean more = TRUE;
+
+	if (!s3) {
+		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		return 1;
+	}
+	while (more) {
+		struct s3_uploads_page *page = s3_mpu_list(
+			s3, t->cfg.prefix, key_marker, id_marker, &error);
+
+		if (!page) {
+			fprintf(stderr, "bucketfs-index: listing uploads: %s\n",
+				error->message);
+			s3_free(s3);
+			return 1;
+		}
+		for (guint i = 0; i < page->uploads->len; i++, seen++)
+			upload_do(t, s3, page->uploads->pdata[i], &failed);
+		more = page->is_truncated && page->next_key_marker;
+		g_free(key_marker);
+		g_free(id_marker);
+		key_marker = g_strdup(page->next_key_marker);
+		id_marker = g_strdup(page->next_upload_id_marker);
+		s3_uploads_page_free(page);
+	}
+	s3_free(s3);
+	if (!t->quiet)
+		printf("%u upload%s under s3://%s/%s%s\n", seen,
+		       seen == 1 ? "" : "s", t->cfg.bucket, t->cfg.prefix,
+		       t->abort && !failed ? ", aborted" : "");
+	return failed ? 1 : 0;
+}
+
 static gboolean is_command(const char *c)
 {
 	static const char *const cmds[] = { "build",   "info",	    "verify",
-					    "publish", "unpublish", NULL };
+					    "publish", "unpublish", "uploads",
+					    NULL };
 	guint i;
 
 	for (i = 0; cmds[i]; i++)
@@ -419,13 +489,15 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		  "s3://B/KEY" },
 		{ "build", 0, 0, G_OPTION_ARG_NONE, &t->build,
 		  "publish: list the bucket into a new index first", NULL },
+		{ "abort", 0, 0, G_OPTION_ARG_NONE, &t->abort,
+		  "uploads: abort the uploads listed", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
 		  "Print the version and exit", NULL },
 		G_OPTION_ENTRY_NULL
 	};
 	g_autoptr(GOptionContext) ctx =
-		g_option_context_new("build|info|verify|publish|unpublish "
-				     "s3://BUCKET[/PREFIX]");
+		g_option_context_new("build|info|verify|publish|unpublish|"
+				     "uploads s3://BUCKET[/PREFIX]");
 	guint i;
 
 	g_option_context_set_summary(
@@ -435,7 +507,10 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		     "structure.  publish uploads the checked index (built "
 		     "first if missing, or with --build) so that mounts on "
 		     "other hosts use it with -o index_url=s3://B/KEY "
-		     "instead of listing; unpublish deletes it.  The index "
+		     "instead of listing; unpublish deletes it.  uploads "
+		     "lists the multipart uploads left under the prefix "
+		     "(a writable mount that died mid-file) and with "
+		     "--abort aborts them.  The index "
 		     "is -o index=PATH, else the default location bucketfs "
 		     "uses.  Exit status 0 on success, 1 on failure, 2 on "
 		     "bad usage.");
@@ -450,8 +525,9 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 	}
 	if (*argc != 3 || !is_command((*argv)[1])) {
 		g_set_error(error, BFS_ERROR, EINVAL,
-			    "expected build, info, verify, publish or "
-			    "unpublish and one s3://BUCKET[/PREFIX] (see "
+			    "expected build, info, verify, publish, "
+			    "unpublish or uploads and one "
+			    "s3://BUCKET[/PREFIX] (see "
 			    "--help)");
 		return FALSE;
 	}
@@ -495,6 +571,8 @@ int main(int argc, char **argv)
 		rc = cmd_publish(&t);
 	else if (!strcmp(argv[1], "unpublish"))
 		rc = cmd_unpublish(&t);
+	else if (!strcmp(argv[1], "uploads"))
+		rc = cmd_uploads(&t);
 	else
 		rc = cmd_open(&t, !strcmp(argv[1], "verify"));
 	log_shutdown();

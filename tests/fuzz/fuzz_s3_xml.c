@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * fuzz_s3_xml - libFuzzer target for s3_xml: every input goes through
- * s3_xml_parse_list(), s3_xml_parse_error() and s3_xml_parse_time(), and the
+ * s3_xml_parse_list(), s3_xml_parse_error(), s3_xml_parse_time() and the
+ * multipart parsers (initiate, complete, uploads), and the
  * results are checked against the header's promises: keys and prefixes are
  * never empty and, decoding only ever shrinking text, together no longer
  * than the input; a failure is a BFS_ERROR with a positive errno and a
@@ -83,6 +84,36 @@ static void check_time(const char *text, gint64 t)
 	g_assert_true(text[19] == '.' || text[19] == 'Z');
 }
 
+/* Multipart answers: an id, an ETag or uploads, else an error. */
+static void check_multipart(const char *buf, size_t size)
+{
+	g_auto(s3_error_info) info = { 0 };
+	g_autoptr(GError) error = NULL;
+	g_autofree char *id = s3_xml_parse_initiate(buf, size, &error);
+	g_autofree char *etag = NULL;
+	struct s3_uploads_page *page;
+
+	if (id)
+		g_assert_cmpuint(strlen(id), >, 0);
+	else
+		check_error(error);
+	g_clear_error(&error);
+	if (!s3_xml_parse_complete(buf, size, &etag, &info, &error) && error)
+		check_error(error);
+	g_clear_error(&error);
+	page = s3_xml_parse_uploads(buf, size, &error);
+	if (!page) {
+		check_error(error);
+		return;
+	}
+	for (guint i = 0; i < page->uploads->len; i++) {
+		const struct s3_upload *u = page->uploads->pdata[i];
+
+		g_assert_true(u->key[0] && u->upload_id[0]);
+	}
+	s3_uploads_page_free(page);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	const char *buf = (const char *)data;
@@ -103,6 +134,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		g_assert_true(info.code && info.code[0]);
 	else
 		check_error(doc_error);
+
+	check_multipart(buf, size);
 
 	text = g_strndup(buf, MIN(size, 64));
 	if (s3_xml_parse_time(text, &t)) {

@@ -186,6 +186,33 @@ class WritableTest(harness.MountCase):
         self.assertEqual(self.s3_get(".scratch"), b"a" * 50)
         os.unlink(p)
 
+    def test_failed_write_is_never_uploaded(self):
+        # A file changed in place (buffered whole) written past
+        # write_max: the write fails, and so does close(); S3 keeps what
+        # it had, never the prefix that was buffered, or a cut-short
+        # checkpoint would look complete to every reader.
+        m = self.mount("cut", "writable", "write_max=3000000")
+        with open(m.path(".ckpt"), "wb") as f:
+            f.write(b"x" * 1_000_000)
+        fd = os.open(m.path(".ckpt"), os.O_WRONLY)
+        os.pwrite(fd, b"y" * 1_000_000, 1_000_000)
+        with self.assertRaises(OSError) as cm:
+            os.pwrite(fd, b"y" * 2_000_000, 2_000_000)
+        self.assertEqual(cm.exception.errno, errno.EFBIG)
+        with self.assertRaises(OSError) as cm:
+            os.close(fd)
+        self.assertEqual(cm.exception.errno, errno.EFBIG)
+        self.assertEqual(self.s3_get(".ckpt"), b"x" * 1_000_000)
+        out = m.output()
+        self.assertIn("write '.ckpt'", out)
+        self.assertIn("close '.ckpt'", out)
+        self.assertIn("not uploaded: an earlier write failed", out)
+        # Emptied and written again, whole this time.
+        with open(m.path(".ckpt"), "wb") as f:
+            f.write(b"z" * 1000)
+        self.assertEqual(self.s3_get(".ckpt"), b"z" * 1000)
+        os.unlink(m.path(".ckpt"))
+
     def test_holes_large_files_and_other_users(self):
         m = self.mount("holes", "writable", "write_max=100000000",
                        "allow_other", "dir_mode=0777", "file_mode=0666")

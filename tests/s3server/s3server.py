@@ -70,6 +70,7 @@ import time
 import traceback
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import quote, quote_plus, unquote_to_bytes
+from xml.etree import ElementTree as ET
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "credfakes"))
@@ -83,7 +84,9 @@ SYNTHETIC_PREFIX = "train/"
 SYNTHETIC_MTIME = 1577836800.0          # 2020-01-01T00:00:00Z
 MAX_SKEW_SECONDS = 15 * 60
 MAX_KEYS = 1000
-OPS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "OTHER")
+OPS = ("LIST", "GET", "HEAD", "PUT", "DELETE", "OTHER",
+       "UPLOADPART", "COMPLETE")  # multipart: faults on these two
+STATS_OPS = OPS[:6]             # always in the stats; the others once seen
 EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 UNSIGNED_PAYLOAD = "UNSIGNED-PAYLOAD"
 CONTROL_PREFIX = "/_bucketfs/"
@@ -147,6 +150,14 @@ ERRORS = {
                                    "signature you provided. Check your key and signing "
                                    "method."),
     "SlowDown": (503, "Please reduce your request rate."),
+    # multipart upload
+    "EntityTooSmall": (400, "Your proposed upload is smaller than the minimum allowed "
+                            "object size."),
+    "InvalidPart": (400, "One or more of the specified parts could not be found."),
+    "InvalidPartOrder": (400, "The list of parts was not in ascending order."),
+    "MalformedXML": (400, "The XML you provided was not well-formed or did not validate "
+                          "against our published schema."),
+    "NoSuchUpload": (404, "The specified upload does not exist."),
     "XAmzContentSHA256Mismatch": (400, "The provided 'x-amz-content-sha256' header does "
                                        "not match what was computed."),
 }
@@ -377,6 +388,32 @@ class MemObject(StoredObject):
     def mutated(self):
         return MemObject(self.key, self.original, self.mtime, self.content_type,
                          self.meta, self.gen + 1)
+
+
+class MultipartObject(MemObject):
+    """An object made by CompleteMultipartUpload: S3's "-N" ETag."""
+
+    __slots__ = ("_mpu_etag",)
+
+    def __init__(self, key, data, mtime, content_type, meta, etag):
+        super().__init__(key, data, mtime, content_type, meta)
+        self._mpu_etag = etag
+
+    def etag(self):
+        return self._mpu_etag
+
+
+MIN_PART = 5 << 20                      # S3's smallest part but the last
+
+
+class Upload:
+    """A multipart upload in progress: its parts, number -> (bytes, md5)."""
+
+    def __init__(self, bucket, key, initiated, content_type):
+        self.id = base64.urlsafe_b64encode(os.urandom(24)).decode()
+        self.bucket, self.key, self.initiated = bucket, key, initiated
+        self.content_type = content_type
+        self.parts = {}
 
 
 class SyntheticObject(StoredObject):
@@ -1074,14 +1111,14 @@ class Stats:
 
     def reset(self):
         with self.lock:
-            self.requests = dict.fromkeys(OPS, 0)
+            self.requests = dict.fromkeys(STATS_OPS, 0)
             self.status = {}
             self.faults_injected = 0
             self.bytes_sent = 0
 
     def count_request(self, op):
         with self.lock:
-            self.requests[op] += 1
+            self.requests[op] = self.requests.get(op, 0) + 1
 
     def count_response(self, status, body_bytes):
         with self.lock:
@@ -1211,6 +1248,8 @@ class S3App:
         self._rid_counter = itertools.count(1)
         self.tls_context = None
         self._log_lock = threading.Lock()
+        self.uploads = {}           # upload id -> Upload  /* protected by uploads_lock */
+        self.uploads_lock = threading.Lock()
 
     def now(self):
         return time.time() + self.clock_offset
@@ -1256,6 +1295,10 @@ class S3App:
         elif key:
             plain = method in ("GET", "HEAD", "PUT", "DELETE")
             op = method if plain and not any(n in OBJECT_SUBRESOURCES for n in q) else "OTHER"
+            if "uploadId" in q and method == "PUT" and "partNumber" in q:
+                op = "UPLOADPART"
+            elif "uploadId" in q and method == "POST":
+                op = "COMPLETE"
         elif method == "GET" and not any(n in BUCKET_SUBRESOURCES or n == "location" for n in q):
             op = "LIST"
         else:
@@ -1344,6 +1387,8 @@ class S3App:
                 return self.list_objects(req, bucket, fault)
             if method == "HEAD" and not req.query:
                 return Response(200, [("x-amz-bucket-region", self.region)], 0)
+            if method == "GET" and "uploads" in req.query:
+                return self.list_uploads(req, bucket)
             if method == "GET" and "location" in req.query:
                 region = "" if self.region == "us-east-1" else xml_escape(self.region)
                 return xml_response('<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -1351,6 +1396,8 @@ class S3App:
                                     % (S3_NS, region))
             raise S3Error("NotImplemented")
         bucket = self.bucket_or_raise(ctx.bucket)
+        if "uploads" in req.query or "uploadId" in req.query:
+            return self.multipart(req, bucket, ctx.key)
         if ctx.op in ("GET", "HEAD"):
             return self.get_object(req, bucket, ctx.key, fault)
         if ctx.op == "PUT":
@@ -1548,6 +1595,109 @@ class S3App:
                 raise S3Error("NoSuchKey", extra=[("Key", key_display(key))])
             if not etag_matches(req.headers["if-match"], current.etag()):
                 raise S3Error("PreconditionFailed", extra=[("Condition", "If-Match")])
+
+    # Multipart upload ----------------------------------------------------------
+    # Create, UploadPart, Complete, Abort and ListMultipartUploads, as S3 has
+    # them: parts 1..10000, every part but the last at least 5 MiB, the
+    # object visible only once completed, ETag md5-of-part-md5s "-N".
+
+    def multipart(self, req, bucket, key):
+        q, method = req.query, req.command
+        if method == "POST" and "uploads" in q:
+            upload = Upload(bucket.name, key, self.now(),
+                            req.headers.get("content-type", "binary/octet-stream"))
+            with self.uploads_lock:
+                self.uploads[upload.id] = upload
+            return xml_response(
+                '<?xml version="1.0" encoding="UTF-8"?>\n<InitiateMultipartUploadResult '
+                'xmlns="%s"><Bucket>%s</Bucket><Key>%s</Key><UploadId>%s</UploadId>'
+                '</InitiateMultipartUploadResult>'
+                % (S3_NS, xml_escape(bucket.name), xml_escape(key_display(key)), upload.id))
+        upload_id = q.get("uploadId", b"").decode("utf-8", "replace")
+        with self.uploads_lock:
+            upload = self.uploads.get(upload_id)
+        if upload is None or upload.bucket != bucket.name or upload.key != key:
+            raise S3Error("NoSuchUpload", extra=[("UploadId", upload_id)])
+        if method == "PUT" and "partNumber" in q:
+            try:
+                number = int(q["partNumber"])
+            except ValueError:
+                number = 0
+            if not 1 <= number <= 10000:
+                raise S3Error("InvalidArgument",
+                              "Part number must be an integer between 1 and 10000")
+            etag = hashlib.md5(req.body).hexdigest()
+            with self.uploads_lock:
+                upload.parts[number] = (bytes(req.body), etag)
+            return Response(200, [("ETag", '"%s"' % etag)], 0)
+        if method == "DELETE":
+            with self.uploads_lock:
+                self.uploads.pop(upload_id, None)
+            return Response(204)
+        if method == "POST":
+            return self.complete_upload(req, bucket, upload)
+        raise S3Error("NotImplemented")
+
+    def complete_upload(self, req, bucket, upload):
+        try:
+            root = ET.fromstring(req.body)
+        except ET.ParseError:
+            raise S3Error("MalformedXML") from None
+        wanted = []
+        for part in root.iter():
+            if part.tag.rpartition("}")[2] != "Part":
+                continue
+            fields = {c.tag.rpartition("}")[2]: (c.text or "").strip() for c in part}
+            try:
+                wanted.append((int(fields.get("PartNumber", "")),
+                               fields.get("ETag", "").strip('"')))
+            except ValueError:
+                raise S3Error("MalformedXML") from None
+        if not wanted:
+            raise S3Error("MalformedXML")
+        numbers = [n for n, _ in wanted]
+        if numbers != sorted(set(numbers)):
+            raise S3Error("InvalidPartOrder")
+        with self.uploads_lock:
+            parts = dict(upload.parts)
+        chunks, md5s = [], b""
+        for i, (number, etag) in enumerate(wanted):
+            have = parts.get(number)
+            if have is None or have[1] != etag:
+                raise S3Error("InvalidPart", extra=[("PartNumber", str(number))])
+            if i < len(wanted) - 1 and len(have[0]) < MIN_PART:
+                raise S3Error("EntityTooSmall", extra=[("PartNumber", str(number))])
+            chunks.append(have[0])
+            md5s += bytes.fromhex(etag)
+        etag = "%s-%d" % (hashlib.md5(md5s).hexdigest(), len(wanted))
+        obj = MultipartObject(upload.key, b"".join(chunks), self.now(),
+                              upload.content_type, (), etag)
+        with self.uploads_lock:
+            if self.uploads.pop(upload.id, None) is None:
+                raise S3Error("NoSuchUpload", extra=[("UploadId", upload.id)])
+            bucket.put(obj)
+        return xml_response(
+            '<?xml version="1.0" encoding="UTF-8"?>\n<CompleteMultipartUploadResult '
+            'xmlns="%s"><Bucket>%s</Bucket><Key>%s</Key><ETag>&quot;%s&quot;</ETag>'
+            '</CompleteMultipartUploadResult>'
+            % (S3_NS, xml_escape(bucket.name), xml_escape(key_display(upload.key)), etag))
+
+    def list_uploads(self, req, bucket):
+        prefix = req.query.get("prefix", b"")
+        with self.uploads_lock:
+            mine = sorted((u for u in self.uploads.values()
+                           if u.bucket == bucket.name and u.key.startswith(prefix)),
+                          key=lambda u: (u.key, u.initiated, u.id))
+        parts = ['<?xml version="1.0" encoding="UTF-8"?>\n<ListMultipartUploadsResult '
+                 'xmlns="%s"><Bucket>%s</Bucket><Prefix>%s</Prefix>'
+                 '<IsTruncated>false</IsTruncated>'
+                 % (S3_NS, xml_escape(bucket.name), xml_escape(key_display(prefix)))]
+        for u in mine:
+            parts.append("<Upload><Key>%s</Key><UploadId>%s</UploadId>"
+                         "<Initiated>%s</Initiated></Upload>"
+                         % (xml_escape(key_display(u.key)), u.id, iso8601(u.initiated)))
+        parts.append("</ListMultipartUploadsResult>")
+        return xml_response("".join(parts))
 
     # Control API ---------------------------------------------------------------
 

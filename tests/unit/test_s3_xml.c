@@ -645,6 +645,92 @@ static void test_error_details(void)
 	g_assert_cmpstr(info.code, ==, "C");
 }
 
+/* The answers of multipart upload, as AWS, RGW and s3rver send them. */
+static void test_multipart(void)
+{
+	static const char init[] =
+		"<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
+		"<InitiateMultipartUploadResult "
+		"xmlns=\"http://s3.amazonaws.com/"
+		"doc/2006-03-01/\"><Bucket>b</Bucket><Key>k</Key>"
+		"<UploadId>VXBsb2FkIElE</UploadId>"
+		"</InitiateMultipartUploadResult>";
+	static const char done[] =
+		"<CompleteMultipartUploadResult><Location>x</Location>"
+		"<ETag>&quot;3858f62230ac3c915f300c664312c11f-9&quot;</ETag>"
+		"</CompleteMultipartUploadResult>";
+	static const char failed[] =
+		"<?xml version=\"1.0\"?>\n<Error><Code>InternalError</Code>"
+		"<Message>try again</Message></Error>";
+	static const char list[] =
+		"<ListMultipartUploadsResult><Bucket>b</Bucket>"
+		"<IsTruncated>true</IsTruncated><NextKeyMarker>c/b</"
+		"NextKeyMarker>"
+		"<NextUploadIdMarker>id2</NextUploadIdMarker>"
+		"<Upload><Key>c/a</Key><UploadId>id1</UploadId>"
+		"<Initiated>2010-11-10T20:48:33.000Z</Initiated></Upload>"
+		"<Upload><Key>c/b</Key><UploadId>id2</UploadId></Upload>"
+		"</ListMultipartUploadsResult>";
+	g_auto(s3_error_info) info = { 0 };
+	g_autoptr(GError) error = NULL;
+	g_autofree char *id = NULL, *etag = NULL, *body = NULL;
+	const char *etags[] = { "\"a&b\"", "c" };
+	struct s3_uploads_page *page;
+
+	id = s3_xml_parse_initiate(init, strlen(init), &error);
+	g_assert_no_error(error);
+	g_assert_cmpstr(id, ==, "VXBsb2FkIElE");
+	g_assert_null(s3_xml_parse_initiate(failed, strlen(failed), &error));
+	g_assert_error(error, BFS_ERROR, EPROTO);
+	g_assert_nonnull(strstr(error->message, "InternalError"));
+	g_clear_error(&error);
+	g_assert_null(s3_xml_parse_initiate("<InitiateMultipartUploadResult/>",
+					    32, &error));
+	g_assert_error(error, BFS_ERROR, EPROTO);
+	g_clear_error(&error);
+
+	g_assert_true(s3_xml_parse_complete(done, strlen(done), &etag, &info,
+					    &error));
+	g_assert_cmpstr(etag, ==, "3858f62230ac3c915f300c664312c11f-9");
+	/* A 200 that failed: the error in @info, no GError. */
+	g_assert_false(s3_xml_parse_complete(failed, strlen(failed), &etag,
+					     &info, &error));
+	g_assert_no_error(error);
+	g_assert_null(etag);
+	g_assert_cmpstr(info.code, ==, "InternalError");
+	g_assert_false(s3_xml_parse_complete("<x/>", 4, &etag, &info, &error));
+	g_assert_error(error, BFS_ERROR, EPROTO);
+	g_clear_error(&error);
+
+	body = s3_xml_complete_body(etags, 2);
+	g_assert_cmpstr(body, ==,
+			"<CompleteMultipartUpload><Part><PartNumber>1</"
+			"PartNumber><ETag>&quot;a&amp;b&quot;</ETag></Part>"
+			"<Part><PartNumber>2</PartNumber><ETag>c</ETag></Part>"
+			"</CompleteMultipartUpload>");
+
+	page = s3_xml_parse_uploads(list, strlen(list), &error);
+	g_assert_no_error(error);
+	g_assert_cmpuint(page->uploads->len, ==, 2);
+	g_assert_true(page->is_truncated);
+	g_assert_cmpstr(page->next_key_marker, ==, "c/b");
+	g_assert_cmpstr(page->next_upload_id_marker, ==, "id2");
+	{
+		const struct s3_upload *u = page->uploads->pdata[0];
+
+		g_assert_cmpstr(u->key, ==, "c/a");
+		g_assert_cmpstr(u->upload_id, ==, "id1");
+		g_assert_cmpint(u->initiated, ==, 1289422113);
+	}
+	s3_uploads_page_free(page);
+	g_assert_null(s3_xml_parse_uploads(
+		"<ListMultipartUploadsResult><Upload><Key>k</Key></Upload>"
+		"</ListMultipartUploadsResult>",
+		86, &error));
+	g_assert_error(error, BFS_ERROR, EPROTO);
+	g_assert_nonnull(strstr(error->message, "<UploadId>"));
+}
+
 static void test_parse_time(void)
 {
 	static const struct {
@@ -739,6 +825,7 @@ int main(int argc, char **argv)
 	g_test_add_func("/s3_xml/error/malformed", test_error_malformed);
 	g_test_add_func("/s3_xml/error/details", test_error_details);
 	g_test_add_func("/s3_xml/time", test_parse_time);
+	g_test_add_func("/s3_xml/multipart", test_multipart);
 
 	return g_test_run();
 }

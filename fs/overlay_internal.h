@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * overlay_internal.h - the overlay's tables, shared by overlay.c (names,
+ * whole files) and overlay_stream.c (new files streamed as multipart
+ * uploads).  Not a public interface: overlay.h is.
+ *
+ * Locks: a node's wlock (writes and flushes of one file, held across
+ * the network) comes before ov->lock (the tables, never held across
+ * the network).
+ */
+#ifndef BUCKETFS_FS_OVERLAY_INTERNAL_H
+#define BUCKETFS_FS_OVERLAY_INTERNAL_H
+
+#include <glib.h>
+
+#include "overlay.h"
+
+/* A name the index doesn't have.  Fields under ov->lock. */
+struct onode {
+	guint64 node;
+	char *key; /* full key, no trailing '/' */
+	gboolean is_dir;
+	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
+	guint64 size;
+	gint64 mtime;
+	char *etag;	    /* as last seen on S3, NULL for a new file */
+	guint64 lookups;    /* kernel lookups */
+	guint opens;	    /* open handles */
+	GByteArray *data;   /* the bytes while open (or not yet uploaded) */
+	guint64 version;    /* bumped by each change of data */
+	guint64 uploaded;   /* the version S3 has */
+	gboolean uploading; /* a PUT or DELETE of it is in flight */
+	/* A write failed since the file was created or emptied: its bytes
+	 * are not what the writer meant, so it is never uploaded. */
+	GError *broken;
+	/* Streaming (upload.h): a file made here goes up part by part once
+	 * it outgrows a part; @data then holds its bytes from @base on. */
+	gboolean streamable; /* made (or emptied) by this mount */
+	guint writers;	     /* writable handles open */
+	guint64 base;	     /* file offset of data->data[0] */
+	gboolean sealed;     /* its upload completed: no more writes */
+	char *s3_etag;	     /* the ETag its upload completed with */
+	GMutex wlock;	     /* serializes writes and flushes; then ov->lock */
+	struct upload *up;   /* protected by wlock */
+};
+
+struct overlay {
+	struct s3 *s3;
+	struct uploader *up;
+	guint64 write_max;
+	GMutex lock;
+	GHashTable *by_node; /* node number -> struct onode (owned) */
+	GHashTable *by_key;  /* key -> struct onode (borrowed) */
+	guint64 next_node;
+	GCond idle; /* a node's uploading went FALSE */
+};
+
+struct ov_file {
+	struct overlay *ov;
+	struct onode *n;
+	gboolean writable;
+	gboolean failed; /* an upload failed: close() said so */
+};
+
+/* Remembers the first failed write of @n, so that close() fails too.
+ * Takes ov->lock. */
+void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error);
+
+/* Copies @size bytes at file offset @off into @n's buffer, which starts
+ * at n->base; a hole is zeros.  Under ov->lock. */
+void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size);
+
+/* A write of a file made here (n->streamable): buffered, and sent part
+ * by part.  Takes n->wlock, then ov->lock. */
+gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
+			 gsize size, GError **error);
+
+/* Completes the streamed upload of @f's file (n->up set) with what is
+ * buffered; aborts it after a failed write.  Under n->wlock. */
+gboolean ov_stream_complete(struct ov_file *f, GError **error);
+
+#endif

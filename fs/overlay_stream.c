@@ -1,0 +1,209 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * overlay_stream.c - a new file streamed to S3 as it is written: its
+ * buffer holds at most a part beyond what went up (upload.h), writes
+ * must come in order, and close or fsync completes the upload.
+ */
+#include <errno.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "error.h"
+#include "overlay_internal.h"
+#include "upload.h"
+
+/* Copies @size bytes at file offset @off into the buffer, which starts
+ * at n->base; a hole is zeros.  Under ov->lock. */
+void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size)
+{
+	guint64 rel = off - n->base;
+
+	if (n->data->len < rel + size) {
+		guint old = n->data->len;
+
+		g_byte_array_set_size(n->data, rel + size);
+		/* A write past the end leaves a hole: zeros, as in a file. */
+		if (rel > old)
+			memset(n->data->data + old, 0, rel - old);
+	}
+	memcpy(n->data->data + rel, buf, size);
+	n->size = n->base + n->data->len;
+	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
+	n->version++;
+}
+
+/* A part's pages, unmapped when its upload lets go of it. */
+struct part_map {
+	void *p;
+	gsize len;
+};
+
+static void part_unmap(void *data)
+{
+	struct part_map *m = data;
+
+	munmap(m->p, m->len);
+	g_free(m);
+}
+
+/*
+ * The first @ps bytes of the buffer, copied into a part of their own;
+ * the rest moves to the front.  The part is mapped, not malloc'ed, so
+ * its pages go back to the system when it is uploaded: freed on a done
+ * thread, a heap chunk would stay cached in the writer's malloc arena,
+ * and the daemon's RSS would grow past the write_parts bound.  Under
+ * ov->lock.
+ */
+static GBytes *cut_part(struct onode *n, guint64 ps)
+{
+	struct part_map *m = g_new0(struct part_map, 1);
+
+	m->len = ps;
+	m->p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m->p == MAP_FAILED)
+		g_error("overlay: cannot map a part of %" G_GUINT64_FORMAT
+			" bytes",
+			ps);
+	memcpy(m->p, n->data->data, ps);
+	g_byte_array_remove_range(n->data, 0, ps);
+	n->base += ps;
+	return g_bytes_new_with_free_func(m->p, ps, part_unmap, m);
+}
+
+/* Why a write of a streamed file cannot be taken, or NULL.  Under
+ * ov->lock. */
+static GError *stream_refuses(struct onode *n, guint64 off, guint64 ps)
+{
+	if (n->broken)
+		return g_error_new(BFS_ERROR, bfs_error_errno(n->broken),
+				   "an earlier write failed: %s",
+				   n->broken->message);
+	if (n->sealed)
+		return g_error_new(BFS_ERROR, EBADF,
+				   "its upload was completed (fsync or "
+				   "close): reopen it with O_TRUNC to write "
+				   "it again");
+	if (off < n->base)
+		return g_error_new(BFS_ERROR, EINVAL,
+				   "out-of-order write at %" G_GUINT64_FORMAT
+				   ": the first %" G_GUINT64_FORMAT
+				   " bytes are uploaded already (only "
+				   "sequential writes stream)",
+				   off, n->base);
+	if (off - n->base > n->data->len + ps)
+		return g_error_new(
+			BFS_ERROR, EINVAL,
+			"write at %" G_GUINT64_FORMAT
+			" leaves a hole of more than a part (%" G_GUINT64_FORMAT
+			" bytes)",
+			off, ps);
+	return NULL;
+}
+
+/* Sends @part, starting the upload first if need be; on failure the
+ * upload is aborted.  Under n->wlock. */
+static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
+			  GError **error)
+{
+	g_autoptr(GError) err = NULL;
+
+	if (!n->up)
+		n->up = upload_start(ov->up, n->key, &err);
+	if (n->up && upload_part(n->up, part, &err))
+		return TRUE;
+	if (n->up)
+		upload_abort(g_steal_pointer(&n->up), err);
+	g_prefix_error(&err, "multipart upload: ");
+	ov_mark_broken(ov, n, err);
+	g_propagate_error(error, g_steal_pointer(&err));
+	return FALSE;
+}
+
+/* A write of a file made here: buffered, and sent part by part. */
+gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
+			 gsize size, GError **error)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	guint64 ps = uploader_part_size(ov->up);
+	gboolean ok = TRUE;
+	GError *why;
+
+	g_mutex_lock(&n->wlock);
+	g_mutex_lock(&ov->lock);
+	why = stream_refuses(n, off, ps);
+	if (why) {
+		if (!n->broken && !n->sealed)
+			n->broken = g_error_copy(why);
+		g_mutex_unlock(&ov->lock);
+		g_mutex_unlock(&n->wlock);
+		g_propagate_error(error, why);
+		return FALSE;
+	}
+	ov_buffer_write(n, off, buf, size);
+	while (ok && n->data->len >= ps) {
+		g_autoptr(GBytes) part = cut_part(n, ps);
+
+		g_mutex_unlock(&ov->lock);
+		ok = send_part(ov, n, part, error);
+		g_mutex_lock(&ov->lock);
+	}
+	g_mutex_unlock(&ov->lock);
+	g_mutex_unlock(&n->wlock);
+	return ok;
+}
+
+/* Completes the streamed upload of @f's file with what is buffered.
+ * Under n->wlock. */
+gboolean ov_stream_complete(struct ov_file *f, GError **error)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	struct upload *up = g_steal_pointer(&n->up);
+	g_autoptr(GBytes) last = NULL;
+	g_autoptr(GError) err = NULL;
+	g_autofree char *etag = NULL;
+	guint64 version, size;
+	gboolean ok;
+
+	g_mutex_lock(&ov->lock);
+	if (n->broken) {
+		err = g_error_new(BFS_ERROR, bfs_error_errno(n->broken),
+				  "'%s' not uploaded: an earlier write "
+				  "failed: %s",
+				  n->key, n->broken->message);
+		g_mutex_unlock(&ov->lock);
+		upload_abort(up, err);
+		f->failed = TRUE;
+		g_propagate_error(error, g_steal_pointer(&err));
+		return FALSE;
+	}
+	last = g_byte_array_free_to_bytes(g_steal_pointer(&n->data));
+	version = n->version;
+	size = n->size;
+	n->uploading = TRUE;
+	g_mutex_unlock(&ov->lock);
+
+	ok = upload_finish(up, last, size, &etag, &err);
+	g_mutex_lock(&ov->lock);
+	n->uploading = FALSE;
+	g_cond_broadcast(&ov->idle);
+	if (ok) {
+		n->uploaded = MAX(n->uploaded, version);
+		n->sealed = TRUE;
+		n->base = 0;
+		g_free(n->s3_etag);
+		n->s3_etag = g_steal_pointer(&etag);
+		g_free(n->etag);
+		n->etag = NULL;
+	} else {
+		g_prefix_error(&err, "upload of '%s' at close: ", n->key);
+		if (!n->broken)
+			n->broken = g_error_copy(err);
+		f->failed = TRUE;
+		g_propagate_error(error, g_steal_pointer(&err));
+	}
+	g_mutex_unlock(&ov->lock);
+	return ok;
+}

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * upload.c - multipart uploads, parts in flight bounded per uploader.
+ * Lock: up->lock guards the budget and every upload's parts; it is never
+ * held across a call into s3.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "error.h"
+#include "log.h"
+#include "upload.h"
+
+struct uploader {
+	struct s3 *s3;
+	guint64 part_size;
+	guint parts_max;
+	GMutex lock;
+	GCond cond;	/* a part ended */
+	guint inflight; /* protected by lock */
+};
+
+struct upload {
+	struct uploader *up;
+	char *key;
+	char *id;
+	GPtrArray *etags; /* part i+1's ETag, NULL while in flight */
+	guint inflight;	  /* protected by up->lock */
+	GError *error;	  /* the first failed part; protected by up->lock */
+};
+
+/* What the done callback of one part needs. */
+struct part {
+	struct upload *u;
+	guint number;
+};
+
+struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
+{
+	struct uploader *up = g_new0(struct uploader, 1);
+
+	up->s3 = s3;
+	up->part_size = part_size ? part_size : UPLOAD_DEFAULT_PART;
+	up->parts_max = parts_max ? parts_max : UPLOAD_DEFAULT_INFLIGHT;
+	g_mutex_init(&up->lock);
+	g_cond_init(&up->cond);
+	return up;
+}
+
+void uploader_free(struct uploader *up)
+{
+	if (!up)
+		return;
+	g_cond_clear(&up->cond);
+	g_mutex_clear(&up->lock);
+	g_free(up);
+}
+
+guint64 uploader_part_size(const struct uploader *up)
+{
+	return up->part_size;
+}
+
+struct upload *upload_start(struct uploader *up, const char *key,
+			    GError **error)
+{
+	char *id = s3_mpu_create(up->s3, key, error);
+	struct upload *u;
+
+	if (!id)
+		return NULL;
+	u = g_new0(struct upload, 1);
+	u->up = up;
+	u->key = g_strdup(key);
+	u->id = id;
+	u->etags = g_ptr_array_new_with_free_func(g_free);
+	return u;
+}
+
+static void part_done(const char *etag, const GError *error, void *user)
+{
+	struct part *p = user;
+	struct upload *u = p->u;
+	struct uploader *up = u->up;
+
+	g_mutex_lock(&up->lock);
+	if (error && !u->error)
+		u->error = g_error_copy(error);
+	else if (!error)
+		g_ptr_array_index(u->etags, p->number - 1) = g_strdup(etag);
+	u->inflight--;
+	up->inflight--;
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+	g_free(p);
+}
+
+gboolean upload_part(struct upload *u, GBytes *part, GError **error)
+{
+	struct uploader *up = u->up;
+	struct part *p;
+
+	g_mutex_lock(&up->lock);
+	while (up->inflight >= up->parts_max && !u->error)
+		g_cond_wait(&up->cond, &up->lock);
+	if (u->error) {
+		g_propagate_prefixed_error(error, g_error_copy(u->error),
+					   "an earlier part failed: ");
+		g_mutex_unlock(&up->lock);
+		return FALSE;
+	}
+	if (u->etags->len >= UPLOAD_MAX_PARTS) {
+		g_mutex_unlock(&up->lock);
+		g_set_error(error, BFS_ERROR, EFBIG,
+			    "more than %u parts of %" G_GUINT64_FORMAT
+			    " bytes (part_size=)",
+			    UPLOAD_MAX_PARTS, up->part_size);
+		return FALSE;
+	}
+	g_ptr_array_add(u->etags, NULL);
+	u->inflight++;
+	up->inflight++;
+	p = g_new0(struct part, 1);
+	p->u = u;
+	p->number = u->etags->len;
+	g_mutex_unlock(&up->lock);
+	s3_mpu_part_async(up->s3, u->key, u->id, p->number, part, part_done, p);
+	return TRUE;
+}
+
+/* Waits until no part of @u is in flight; the first part error, copied. */
+static GError *drain(struct upload *u)
+{
+	struct uploader *up = u->up;
+	GError *e;
+
+	g_mutex_lock(&up->lock);
+	while (u->inflight)
+		g_cond_wait(&up->cond, &up->lock);
+	e = u->error ? g_error_copy(u->error) : NULL;
+	g_mutex_unlock(&up->lock);
+	return e;
+}
+
+static void upload_free(struct upload *u)
+{
+	g_free(u->key);
+	g_free(u->id);
+	g_ptr_array_unref(u->etags);
+	g_clear_error(&u->error);
+	g_free(u);
+}
+
+void upload_abort(struct upload *u, const GError *why)
+{
+	g_autoptr(GError) err = NULL;
+	g_autofree char *k = log_escape(u->key, -1);
+	GError *e = drain(u);
+
+	g_clear_error(&e);
+	if (!s3_mpu_abort(u->up->s3, u->key, u->id, &err) &&
+	    bfs_error_errno(err) != ENOENT)
+		log_error(LOG_LEVEL_ERR, err,
+			  "multipart upload of '%s' (upload id %s) not aborted "
+			  "(bucketfs-index uploads lists it)",
+			  k, u->id);
+	log_error(LOG_LEVEL_WARNING, why,
+		  "multipart upload of '%s' aborted after %u parts", k,
+		  u->etags->len);
+	upload_free(u);
+}
+
+/*
+ * A Complete whose answer was lost is answered NoSuchUpload when retried:
+ * the object then already has the size we sent and a multipart ETag.
+ */
+static gboolean completed_anyway(struct upload *u, guint64 size, char **etag)
+{
+	struct s3_object_meta meta = { 0 };
+	g_autofree char *suffix = g_strdup_printf("-%u", u->etags->len);
+	gboolean ok;
+
+	ok = s3_head(u->up->s3, u->key, -1, &meta, NULL) && meta.size == size &&
+	     meta.etag && g_str_has_suffix(meta.etag, suffix);
+	if (ok && etag)
+		*etag = g_strdup(meta.etag);
+	s3_object_meta_clear(&meta);
+	return ok;
+}
+
+gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
+		       char **etag, GError **error)
+{
+	g_autoptr(GError) err = NULL;
+	gboolean ok;
+
+	if (last && g_bytes_get_size(last) > 0 && !upload_part(u, last, &err)) {
+		upload_abort(u, err);
+		g_propagate_error(error, g_steal_pointer(&err));
+		return FALSE;
+	}
+	err = drain(u);
+	if (err) {
+		g_prefix_error(&err, "a part failed: ");
+		upload_abort(u, err);
+		g_propagate_error(error, g_steal_pointer(&err));
+		return FALSE;
+	}
+	ok = s3_mpu_complete(u->up->s3, u->key, u->id,
+			     (const char *const *)u->etags->pdata,
+			     u->etags->len, etag, &err);
+	if (!ok && bfs_error_errno(err) == ENOENT &&
+	    completed_anyway(u, size, etag))
+		ok = TRUE;
+	if (!ok) {
+		upload_abort(u, err);
+		g_propagate_error(error, g_steal_pointer(&err));
+		return FALSE;
+	}
+	upload_free(u);
+	return TRUE;
+}

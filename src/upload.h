@@ -1,0 +1,70 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * upload.h - a new object streamed to S3 as a multipart upload, part by
+ * part as it is written, with a budget of parts in flight shared by every
+ * upload of one uploader (a mount).
+ *
+ * Memory: the parts in flight, at most parts_max of part_size bytes for
+ * the whole uploader; a writer whose part finds the budget full waits
+ * for a slot (upload_part() blocks), it is never refused.  The parts go
+ * out through the S3 client's engine, so they spread over the endpoints
+ * and are retried like every request (s3.h, http.h).
+ *
+ * Nothing is visible on S3 before upload_finish() completes the upload.
+ * A failed or abandoned upload is aborted (AbortMultipartUpload) and the
+ * cause logged; one the process did not live to abort is left on the
+ * server, listed and aborted by `bucketfs-index uploads` (bucketfs-index(1)).
+ *
+ * Threads: one writer per upload at a time (the caller serializes); any
+ * thread except the HTTP engine's own.  The uploader outlives its uploads.
+ */
+#ifndef BUCKETFS_UPLOAD_H
+#define BUCKETFS_UPLOAD_H
+
+#include <glib.h>
+
+#include "s3.h"
+
+struct uploader;
+struct upload;
+
+/* Part size bounds (part_size=) and the defaults. */
+#define UPLOAD_PART_MIN		((guint64)8 << 20)
+#define UPLOAD_PART_MAX		((guint64)64 << 20)
+#define UPLOAD_DEFAULT_PART	((guint64)16 << 20)
+#define UPLOAD_DEFAULT_INFLIGHT 4
+/* S3's limit on the number of parts of one upload. */
+#define UPLOAD_MAX_PARTS 10000
+
+/* An uploader over @s3 (borrowed); 0s take the defaults. */
+struct uploader *uploader_new(struct s3 *s3, guint64 part_size,
+			      guint parts_max);
+/* Frees; every upload must be finished or aborted. */
+void uploader_free(struct uploader *up);
+
+guint64 uploader_part_size(const struct uploader *up);
+
+/* CreateMultipartUpload of @key (copied).  NULL with the cause chain. */
+struct upload *upload_start(struct uploader *up, const char *key,
+			    GError **error);
+
+/*
+ * Sends @part (referenced; part_size bytes) as the next part, once a slot
+ * is free.  Fails with the first error of an earlier part, or EFBIG past
+ * UPLOAD_MAX_PARTS; the upload must then be aborted.
+ */
+gboolean upload_part(struct upload *u, GBytes *part, GError **error);
+
+/*
+ * Sends @last (may be NULL or empty: nothing more), waits for every part
+ * and completes the upload: the object @key appears, @size bytes, its
+ * ETag in *@etag (g_free) if @etag is not NULL.  On failure the upload
+ * is aborted (the cause logged) and the error returned.  Frees @u.
+ */
+gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
+		       char **etag, GError **error);
+
+/* Waits for the parts in flight and aborts, logging @why.  Frees @u. */
+void upload_abort(struct upload *u, const GError *why);
+
+#endif

@@ -1,0 +1,223 @@
+#!/usr/bin/python3
+"""Streaming multipart writes of new files (writable mode), on the test
+server: a file of several parts written with 1 MiB writes and read back
+byte-exact, through the mount and S3; a small file still one PUT; what a
+writer may not do (out-of-order writes, a second writer, reading while
+written) gets its errno and a log line; a part failing with 500 or a
+reset is retried; a failing Complete fails close() and leaves no object
+and no upload; a daemon killed mid-file leaves an upload that
+`bucketfs-index uploads` lists and aborts."""
+
+import errno
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+import urllib.parse
+import xml.etree.ElementTree as ET
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+from harness import Mount  # noqa: E402
+
+if not os.path.exists("/dev/fuse"):
+    print("no /dev/fuse: skipping")
+    sys.exit(harness.SKIP)
+
+MiB = 1 << 20
+PART = 8 * MiB
+# 8 MiB parts, two in flight; files over 10 MB read through the readahead.
+OPTS = ("writable", f"part_size={PART}", "write_parts=2", "write_max=10000000")
+
+
+def write_mib(path, data, fsync=False):
+    """Writes @data in 1 MiB write()s (as dd bs=1M), then closes."""
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+    try:
+        for off in range(0, len(data), MiB):
+            os.write(fd, data[off:off + MiB])
+        if fsync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def uploads(signer, bucket, prefix=""):
+    """The (key, upload id) of the uploads in progress, from S3."""
+    q = "uploads=" + (f"&prefix={urllib.parse.quote(prefix)}" if prefix else "")
+    _, _, text = signer.check("ListMultipartUploads",
+                              signer.request("GET", "/" + bucket, query=q))
+    out = []
+    for u in ET.fromstring(text).iter():
+        if u.tag.rpartition("}")[2] == "Upload":
+            f = {c.tag.rpartition("}")[2]: c.text for c in u}
+            out.append((f["Key"], f["UploadId"]))
+    return out
+
+
+def s3_get(signer, bucket, key):
+    status, _, body = signer.request("GET", harness.key_path(bucket, key))
+    return None if status == 404 else body
+
+
+class MultipartCase(harness.MountCase):
+    """Shared by the servers: set .url, .bucket, .ak, .sk in setUpClass."""
+
+    ak, sk = harness.AK, harness.SK
+
+    def mount(self, name, *opts):
+        env = harness.client_env(AWS_ACCESS_KEY_ID=self.ak,
+                                 AWS_SECRET_ACCESS_KEY=self.sk)
+        m = Mount(f"s3://{self.bucket}", self.url,
+                  os.path.join(self.tmp, name + ".idx"), *OPTS, *opts,
+                  log=os.path.join(self.tmp, name + ".log"), env=env)
+        self.mounts.append(m)
+        return m
+
+    def signer(self):
+        s = harness.Signer(self.url, self.ak, self.sk)
+        self.addCleanup(s.close)
+        return s
+
+    def check_round_trip(self, m, name, data, fsync=False):
+        write_mib(m.path(name), data, fsync)
+        s = self.signer()
+        got = s3_get(s, self.bucket, name)
+        self.assertEqual(len(got), len(data))
+        self.assertTrue(got == data, f"{name}: the bytes on S3 differ")
+        with open(m.path(name), "rb") as f:
+            self.assertTrue(f.read() == data, f"{name}: read back differs")
+        self.assertEqual(uploads(s, self.bucket), [])
+
+
+class TestServerMultipart(MultipartCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="bfs-mpu-")
+        cls.data = os.path.join(cls.tmp, "data")
+        os.makedirs(cls.data)
+        cls.bucket = "ckpt"
+        cls.server = harness.TestServer("--bucket", f"ckpt={cls.data}")
+        cls.url = cls.server.url
+
+    def ops(self):
+        return self.server.stats()["requests"]
+
+    def test_parts_small_files_and_limits(self):
+        m = self.mount("basic")
+        os.makedirs(m.path("ckpt"), exist_ok=True)  # as DLIO does
+        before = self.ops()
+        # 3.5 parts, fsync'ed before close: fsync completes it.
+        self.check_round_trip(m, "ckpt/rank0.pt", os.urandom(PART * 7 // 2),
+                              fsync=True)
+        after = self.ops()
+        self.assertEqual(after["UPLOADPART"] - before.get("UPLOADPART", 0), 4)
+        self.assertEqual(after["COMPLETE"] - before.get("COMPLETE", 0), 1)
+        # A file under a part: one PUT, no multipart upload.
+        self.check_round_trip(m, "small.bin", os.urandom(3 * MiB))
+        self.assertEqual(self.ops()["UPLOADPART"], after["UPLOADPART"])
+        # Writes after fsync completed it: EBADF.
+        fd = os.open(m.path("sealed"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, os.urandom(PART + MiB))
+        os.fsync(fd)
+        with self.assertRaises(OSError) as cm:
+            os.write(fd, b"more")
+        self.assertEqual(cm.exception.errno, errno.EBADF)
+        os.close(fd)
+        self.assertEqual(len(s3_get(self.signer(), self.bucket, "sealed")),
+                         PART + MiB)
+        # Out of order beyond what is buffered: EINVAL, close fails too,
+        # nothing on S3, the upload aborted.
+        fd = os.open(m.path("ooo"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, os.urandom(PART + 2 * MiB))
+        # A second writer, and a reader, while it streams: EBUSY.
+        for flags in (os.O_WRONLY | os.O_TRUNC, os.O_RDONLY):
+            with self.assertRaises(OSError) as cm:
+                os.open(m.path("ooo"), flags)
+            self.assertEqual(cm.exception.errno, errno.EBUSY)
+        with self.assertRaises(OSError) as cm:
+            os.pwrite(fd, b"back", 0)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        with self.assertRaises(OSError) as cm:
+            os.close(fd)
+        self.assertEqual(cm.exception.errno, errno.EINVAL)
+        s = self.signer()
+        self.assertIsNone(s3_get(s, self.bucket, "ooo"))
+        self.assertEqual(uploads(s, self.bucket), [])
+        out = m.output()
+        self.assertIn("write 'ooo'", out)
+        self.assertIn("out-of-order write at 0", out)
+        self.assertIn("multipart upload of 'ooo' aborted", out)
+        self.assertIn("being written", out)
+
+    def test_part_faults_are_retried(self):
+        m = self.mount("faults")
+        self.server.faults([
+            {"op": "UPLOADPART", "kind": "status", "status": 500, "count": 2},
+            {"op": "UPLOADPART", "kind": "drop", "count": 1}])
+        try:
+            self.check_round_trip(m, "retried.pt", os.urandom(PART * 3))
+            rules = self.server.control("GET", "faults")["rules"]
+            self.assertEqual([r["hits"] for r in rules], [2, 1])
+        finally:
+            self.server.clear_faults()
+
+    def test_complete_fails(self):
+        m = self.mount("complete", "max_attempts=2")
+        self.server.faults([{"op": "COMPLETE", "kind": "status",
+                             "status": 400, "code": "InvalidPart"}])
+        try:
+            with self.assertRaises(OSError) as cm:
+                write_mib(m.path("never.pt"), os.urandom(PART * 2))
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+        finally:
+            self.server.clear_faults()
+        s = self.signer()
+        self.assertIsNone(s3_get(s, self.bucket, "never.pt"))
+        self.assertEqual(uploads(s, self.bucket), [])
+        out = m.output()
+        self.assertIn("close 'never.pt'", out)
+        self.assertIn("CompleteMultipartUpload s3://ckpt/never.pt", out)
+        self.assertIn("InvalidPart", out)
+        self.assertIn("multipart upload of 'never.pt' aborted", out)
+
+    def test_killed_daemon_leaves_an_upload_to_abort(self):
+        m = self.mount("killed")
+        os.makedirs(m.path("ckpt"), exist_ok=True)
+        fd = os.open(m.path("ckpt/dead.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, os.urandom(PART + MiB))
+        s = self.signer()
+        deadline = time.monotonic() + 60
+        while not uploads(s, self.bucket) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        m.proc.send_signal(signal.SIGKILL)
+        m.proc.wait()
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # ENOTCONN: the daemon is gone
+        subprocess.run(["fusermount3", "-uz", m.dir])
+        self.assertEqual([k for k, _ in uploads(s, self.bucket)],
+                         ["ckpt/dead.pt"])
+        env = harness.client_env(AWS_ACCESS_KEY_ID=self.ak,
+                                 AWS_SECRET_ACCESS_KEY=self.sk)
+        tool = [harness.binary("bucketfs-index"), "uploads",
+                f"s3://{self.bucket}/ckpt/", "-o", f"endpoint={self.url}"]
+        r = subprocess.run(tool, env=env, capture_output=True, text=True,
+                           timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ckpt/dead.pt", r.stdout)
+        self.assertEqual(len(uploads(s, self.bucket)), 1)  # listed only
+        r = subprocess.run(tool + ["--abort"], env=env, capture_output=True,
+                           text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("aborted", r.stdout)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertIsNone(s3_get(s, self.bucket, "ckpt/dead.pt"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

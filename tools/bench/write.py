@@ -1,0 +1,217 @@
+#!/usr/bin/python3
+"""Write benchmark: one large new file written through a writable mount with
+`dd bs=1M` (streamed as a multipart upload) against the same multipart
+upload done directly (CreateMultipartUpload, the parts with this many in
+flight, CompleteMultipartUpload; SigV4 with the payload's SHA-256 signed,
+as bucketfs signs), alternating, medians of --reps.  The daemon's peak RSS
+is sampled every 50 ms while dd runs, and its VmHWM read at the end.
+
+Against Ceph RGW on loopback (its own, or the suite's with BFS_RGW_URL);
+run it inside the machine-wide lock:
+
+  flock /work/wt/bench.lock /usr/bin/python3 tools/bench/write.py \\
+      [--size 4G] [--part-size 16M] [--parts 4] [--reps 3] [--json OUT]
+
+Both sides write zeros: dd from /dev/zero, the direct side one zero part
+buffer reused (RGW does not compress by default).  The direct side is
+Python (http.client, one connection per part slot, hashlib's SHA-256);
+bucketfs pays the FUSE copies and its own SHA-256 (GLib) per part.
+"""
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import xml.etree.ElementTree as ET
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
+                                "tests", "integration"))
+import harness  # noqa: E402
+
+MiB = 1 << 20
+
+
+def parse_size(text):
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper().rstrip("IB")
+    if t and t[-1] in units:
+        return int(float(t[:-1]) * units[t[-1]])
+    return int(t)
+
+
+class Direct:
+    """A multipart upload with @parts in flight, signed like bucketfs's."""
+
+    def __init__(self, url, ak, sk, bucket):
+        self.url, self.ak, self.sk, self.bucket = url, ak, sk, bucket
+        u = urllib.parse.urlsplit(url)
+        self.host, self.port = u.hostname, u.port
+
+    def signed(self, method, path, query, body):
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials
+
+        h = {"X-Amz-Content-SHA256": hashlib.sha256(body).hexdigest()}
+        req = AWSRequest(method=method, url=self.url + path + "?" + query,
+                         data=body, headers=h)
+        S3SigV4Auth(Credentials(self.ak, self.sk), "s3",
+                    "us-east-1").add_auth(req)
+        return dict(req.headers.items())
+
+    def call(self, conn, method, path, query, body=b""):
+        conn.request(method, path + "?" + query, body=body,
+                     headers=self.signed(method, path, query, body))
+        resp = conn.getresponse()
+        data = resp.read()
+        if resp.status // 100 != 2:
+            raise RuntimeError(f"{method} {path}?{query}: {resp.status} "
+                               f"{data[:300]!r}")
+        return resp, data
+
+    def upload(self, key, size, part_size, parts):
+        path = harness.key_path(self.bucket, key)
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=300)
+        _, text = self.call(conn, "POST", path, "uploads=")
+        uid = next(e.text for e in ET.fromstring(text).iter()
+                   if e.tag.rpartition("}")[2] == "UploadId")
+        q = urllib.parse.quote(uid, safe="")
+        n = (size + part_size - 1) // part_size
+        etags = [None] * n
+        zero = bytes(part_size)
+        todo = list(range(n))
+        lock = threading.Lock()
+        errors = []
+
+        def worker():
+            c = http.client.HTTPConnection(self.host, self.port, timeout=300)
+            while True:
+                with lock:
+                    if not todo or errors:
+                        break
+                    i = todo.pop(0)
+                body = zero if (i + 1) * part_size <= size else \
+                    zero[:size - i * part_size]
+                try:
+                    resp, _ = self.call(c, "PUT", path,
+                                        f"partNumber={i + 1}&uploadId={q}",
+                                        body)
+                    etags[i] = resp.getheader("etag")
+                except Exception as e:  # noqa: BLE001 - reported below
+                    errors.append(e)
+            c.close()
+
+        threads = [threading.Thread(target=worker) for _ in range(parts)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        if errors:
+            raise errors[0]
+        xml = "<CompleteMultipartUpload>" + "".join(
+            f"<Part><PartNumber>{i + 1}</PartNumber><ETag>{e}</ETag></Part>"
+            for i, e in enumerate(etags)) + "</CompleteMultipartUpload>"
+        self.call(conn, "POST", path, f"uploadId={q}", xml.encode())
+        conn.close()
+
+
+def rss_kib(pid, field):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def dd_through(mount, name, size, pid):
+    """Seconds for dd of @size bytes into the mount (close included) and the
+    daemon's peak RSS sampled meanwhile (KiB)."""
+    count = size // MiB
+    peak = [rss_kib(pid, "VmRSS")]
+    stop = threading.Event()
+
+    def sample():
+        while not stop.wait(0.05):
+            peak[0] = max(peak[0], rss_kib(pid, "VmRSS"))
+
+    t = threading.Thread(target=sample)
+    t.start()
+    t0 = time.monotonic()
+    r = subprocess.run(["dd", "if=/dev/zero", f"of={mount.path(name)}",
+                        "bs=1M", f"count={count}"], capture_output=True,
+                       text=True)
+    secs = time.monotonic() - t0
+    stop.set()
+    t.join()
+    if r.returncode != 0:
+        raise RuntimeError(f"dd failed: {r.stderr}\n{mount.output()[-2000:]}")
+    return secs, peak[0]
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--size", default="4G", help="file size (default 4G)")
+    ap.add_argument("--part-size", default="16M")
+    ap.add_argument("--parts", type=int, default=4, help="parts in flight")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--json", help="write the results here too")
+    a = ap.parse_args()
+    size, part = parse_size(a.size), parse_size(a.part_size)
+    size -= size % MiB
+    rgw = harness.RGW("wbench")
+    tmp = tempfile.mkdtemp(prefix="bfs-wbench-")
+    d = Direct(rgw.url, rgw.AK, rgw.SK, rgw.bucket)
+    sig = harness.Signer(rgw.url, rgw.AK, rgw.SK)
+    env = harness.client_env(AWS_ACCESS_KEY_ID=rgw.AK,
+                             AWS_SECRET_ACCESS_KEY=rgw.SK)
+    m = harness.Mount(f"s3://{rgw.bucket}", rgw.url,
+                      os.path.join(tmp, "idx"), "writable",
+                      f"part_size={part}", f"write_parts={a.parts}",
+                      log=os.path.join(tmp, "mount.log"), env=env)
+    res = {"size": size, "part_size": part, "parts_in_flight": a.parts,
+           "server": "Ceph RGW (loopback, one bluestore OSD)",
+           "direct_s": [], "mount_s": [], "mount_peak_rss_kib": []}
+    try:
+        for rep in range(a.reps):
+            t0 = time.monotonic()
+            d.upload(f"direct-{rep}", size, part, a.parts)
+            res["direct_s"].append(time.monotonic() - t0)
+            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid)
+            res["mount_s"].append(secs)
+            res["mount_peak_rss_kib"].append(peak)
+            for k in (f"direct-{rep}", f"mount-{rep}"):
+                sig.delete(rgw.bucket, k)
+            print(f"rep {rep + 1}: direct {size / MiB / res['direct_s'][-1]:.0f}"
+                  f" MiB/s, mount {size / MiB / secs:.0f} MiB/s, peak RSS "
+                  f"{peak / 1024:.0f} MiB", flush=True)
+        res["mount_vmhwm_kib"] = rss_kib(m.proc.pid, "VmHWM")
+    finally:
+        sig.close()
+        m.unmount()
+        rgw.stop()
+    md, mm = statistics.median(res["direct_s"]), statistics.median(res["mount_s"])
+    res["direct_mib_s"] = size / MiB / md
+    res["mount_mib_s"] = size / MiB / mm
+    res["ratio"] = md / mm
+    print(f"median of {a.reps}: direct {res['direct_mib_s']:.0f} MiB/s, "
+          f"mount {res['mount_mib_s']:.0f} MiB/s, ratio {res['ratio']:.2f}; "
+          f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
+          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); bound "
+          f"(write_parts + 1) x part_size = "
+          f"{(a.parts + 1) * part / MiB:.0f} MiB")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
