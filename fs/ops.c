@@ -45,6 +45,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	index_id dir, child;
 	struct index *idx;
 
+	count_op(fs, STATS_LOOKUP, 1);
 	if (fs->ov && is_overlay(parent)) {
 		lookup_overlay(req, fs, parent, name);
 		return;
@@ -76,6 +77,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	count_op(data(req), STATS_FORGET, 1);
 	forget_one(data(req), ino, nlookup);
 	fuse_reply_none(req);
 }
@@ -85,6 +87,7 @@ static void op_forget_multi(fuse_req_t req, size_t count,
 {
 	size_t i;
 
+	count_op(data(req), STATS_FORGET, count);
 	for (i = 0; i < count; i++)
 		forget_one(data(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
@@ -99,6 +102,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct stat st;
 
 	(void)fi;
+	count_op(fs, STATS_GETATTR, 1);
 	if (is_overlay(ino)) {
 		struct ov_attr a;
 
@@ -129,6 +133,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	index_id id;
 	struct index *idx;
 
+	count_op(data(req), STATS_OPENDIR, 1);
 	if (is_overlay(ino)) {
 		struct ov_attr a;
 		struct fs *fs = data(req);
@@ -199,6 +204,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	gboolean full = FALSE;
 	guint64 pos, next;
 
+	count_op(fs, plus ? STATS_READDIRPLUS : STATS_READDIR, 1);
 	if (is_overlay(ino) && fs->ov) {
 		readdir_overlay(&db, fs, ino, off);
 		return;
@@ -231,6 +237,11 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		full = !dirbuf_add(&db, name, &e, (off_t)next + 2);
 		if (full && plus)
 			forget_one(fs, e.ino, 1);
+		else
+			count_op(fs,
+				 plus ? STATS_READDIRPLUS_ENTRIES
+				      : STATS_READDIR_ENTRIES,
+				 1);
 	}
 	if (!full && (fs->ov || fs->ed)) {
 		g_autofree char *dir_key = index_key(idx, dir);
@@ -565,6 +576,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct index *idx;
 	g_autofree char *v = NULL;
 
+	count_op(data(req), STATS_GETXATTR, 1);
 	if (is_overlay(ino)) {
 		fuse_reply_err(req, ENODATA);
 		return;
@@ -592,6 +604,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	index_id id;
 	struct index *idx;
 
+	count_op(data(req), STATS_LISTXATTR, 1);
 	if (is_overlay(ino)) {
 		reply_sized(req, "", 0, size);
 		return;
