@@ -507,6 +507,9 @@ static char *xattr_value(struct index *idx, index_id id, const char *name)
 	return NULL;
 }
 
+/* The namespace of every extended attribute the mount has. */
+#define XATTR_USER "user."
+
 /* The mount root's own attributes: counters, and the prefetch hint. */
 #define XATTR_STATS    "user.bucketfs.stats"
 #define XATTR_PREFETCH "user.bucketfs.prefetch"
@@ -577,6 +580,15 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	g_autofree char *v = NULL;
 
 	count_op(data(req), STATS_GETXATTR, 1);
+	if (strncmp(name, XATTR_USER, strlen(XATTR_USER)) != 0) {
+		/* Only user.* is kept; saying so for the other namespaces
+		 * (security.selinux, system.posix_acl_access: ls -l asks
+		 * for both of each file) lets ls stop asking for the rest
+		 * of the mount: it remembers a device that answered
+		 * ENOTSUP.  ENODATA would be asked again for each file. */
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
 	if (is_overlay(ino)) {
 		fuse_reply_err(req, ENODATA);
 		return;
@@ -632,9 +644,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct fs *fs = userdata;
 
 	conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Attributes with the names only where lookups follow: the kernel's
+	 * AUTO mode asks for readdirplus for a listing's first batch, and for
+	 * the next after a lookup or a readdirplus entry was used (ls -l,
+	 * find -size, du); ls -f, os.listdir and find -name get names alone
+	 * and build no kernel inode per name (docs/SCALE.md).  Tools that
+	 * stat after the whole listing (du, find -size: fts) then send a
+	 * lookup per name; -o readdirplus=always spares them that. */
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
-	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) &&
+	    !fs->opts.readdirplus_always)
+		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+	else
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_read = 1u << 20;
 	/* The kernel keeps the smaller of this and the bdi's read_ahead_kb,
 	 * which main.c raised to the same value if it could (bdi.h). */

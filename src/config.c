@@ -804,6 +804,7 @@ static const char *const mount_keys[] = {
 	"prefetch_depth",
 	"readahead",
 	"direct_io",
+	"readdirplus",
 	"write_max",
 	"writable?",
 	"allow_other?",

@@ -17,11 +17,12 @@ The commands: ls -f, ls -l, find -name, find -size, du -s, os.listdir,
 os.scandir (with is_file()), stat of all N names in a random order, and
 ls -l of the 100-file directory (repeated, median).  Each command's timed
 runs hold /work/wt/bench.lock (never more than one command's runs at once).
-With --before BUILD_DIR, a second mount from another build is measured in
-the same invocation, alternating with this one.  Needs root (drop_caches)
+With --before BUILD_DIR, a mount from another build is measured in the same
+invocation, alternating with this one; with --always, a mount of this build
+with -o readdirplus=always too.  Needs root (drop_caches)
 and /dev/fuse; the build is BFS_BUILD_DIR (default build/).
 
-  tools/bench/scale.py N [--runs 3] [--only ls-f,ls-l] [--before DIR]
+  tools/bench/scale.py N [--runs 3] [--only ls-f,ls-l] [--before DIR] [--always]
 """
 
 import argparse
@@ -90,11 +91,11 @@ def slab():
 class Mount:
     """A bucketfs mount of one bucket, from build directory @build."""
 
-    def __init__(self, build, url, endpoint, index, mnt):
+    def __init__(self, build, url, endpoint, index, mnt, opts):
         self.mnt = mnt
         exe = os.path.join(build, "fs", "bucketfs")
-        r = subprocess.run([exe, "-o", f"endpoint={endpoint},index={index}",
-                            url, mnt], env=harness.client_env(),
+        r = subprocess.run([exe, "-o", f"endpoint={endpoint},index={index}"
+                            + opts, url, mnt], env=harness.client_env(),
                            capture_output=True)
         if r.returncode != 0:
             raise RuntimeError(r.stderr.decode())
@@ -148,6 +149,8 @@ def main():
                     ",ls-l-small)")
     ap.add_argument("--before", default="",
                     help="another build directory, measured alternately")
+    ap.add_argument("--always", action="store_true",
+                    help="measure -o readdirplus=always too")
     a = ap.parse_args()
     only = [x for x in a.only.split(",") if x] or list(COMMANDS) + [
         "ls-l-small"]
@@ -160,10 +163,12 @@ def main():
                     "bfs-lscale", tmpfs], check=True)
     server = harness.TestServer("--synthetic", f"dset:{a.n}",
                                 "--synthetic", f"small:{SMALL}")
-    builds = {"now": os.environ.get("BFS_BUILD_DIR",
-                                    os.path.join(SRC, "build"))}
+    now = os.environ.get("BFS_BUILD_DIR", os.path.join(SRC, "build"))
+    builds = {"now": (now, "")}
+    if a.always:
+        builds["always"] = (now, ",readdirplus=always")
     if a.before:
-        builds["before"] = a.before
+        builds["before"] = (a.before, "")
     try:
         w = len(str(a.n))
         names = [f"img_{i:0{w}d}_of_{a.n}.jpeg" for i in range(a.n)]
@@ -187,7 +192,7 @@ def main():
         del names
         for bucket in ("dset", "small"):
             t0 = time.monotonic()
-            r = harness.run([os.path.join(builds["now"], "tools",
+            r = harness.run([os.path.join(now, "tools",
                                           "bucketfs-index"), "build", "-q",
                              "-o", f"endpoint={server.url},index="
                              f"{tmp}/{bucket}.idx", f"s3://{bucket}"],
@@ -196,13 +201,14 @@ def main():
                 raise RuntimeError(r.stderr.decode())
             print(f"index of {bucket} built in "
                   f"{time.monotonic() - t0:.1f} s", file=sys.stderr)
-        for tag, build in builds.items():
+        for tag, (build, opts) in builds.items():
             for bucket in ("dset", "small"):
                 mnt = os.path.join(tmp, f"mnt-{tag}-{bucket}")
                 os.mkdir(mnt)
                 mounts[tag, bucket] = Mount(build, f"s3://{bucket}",
                                             server.url,
-                                            f"{tmp}/{bucket}.idx", mnt)
+                                            f"{tmp}/{bucket}.idx", mnt,
+                                            opts)
         print(f"| {a.n:,} names, cold | tmpfs s | " + " | ".join(
             f"bucketfs {t} s | ÷ tmpfs | requests per entry | "
             "slab grown per entry (bytes)" for t in builds) + " |")
