@@ -330,6 +330,8 @@ struct index *fs_current_index(struct fs *fs)
 
 void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 {
+	guint i;
+
 	memset(out, 0, sizeof(*out));
 	out->http = s3_get_http(fs->s3);
 	out->ra = fs->ra;
@@ -341,4 +343,6 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	g_mutex_unlock(&fs->lock);
 	out->reads = __atomic_load_n(&fs->reads, __ATOMIC_RELAXED);
 	out->handed_over = __atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED);
+	for (i = 0; i < STATS_OPS; i++)
+		out->ops[i] = __atomic_load_n(&fs->ops[i], __ATOMIC_RELAXED);
 }

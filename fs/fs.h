@@ -40,6 +40,9 @@ struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
 	enum fs_direct_io direct_io;
+	/* -o readdirplus=always: every listing hands the kernel attributes
+	 * and an inode per name; FALSE (auto): only where lookups follow. */
+	gboolean readdirplus_always;
 	gboolean writable; /* names beyond the index: see overlay.h */
 	guint64 write_max; /* writable mode's largest file; 0 = default */
 	guint64 part_size; /* multipart part size (upload.h); 0 = default */

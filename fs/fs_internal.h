@@ -65,7 +65,15 @@ struct fs {
 	struct streams *streams;
 	guint64 reads;	     /* atomic: FUSE reads of files */
 	guint64 handed_over; /* atomic: files stored in the page cache */
+	/* Atomic: FUSE requests by kind. */
+	guint64 ops[STATS_OPS];
 };
+
+/* Counts @n of FUSE request kind @op (stats.h). */
+static inline void count_op(struct fs *fs, enum stats_op op, guint64 n)
+{
+	__atomic_add_fetch(&fs->ops[op], n, __ATOMIC_RELAXED);
+}
 
 /* An open file: its key (for logs) and its readahead handle. */
 struct handle {

@@ -98,6 +98,12 @@ static const char mount_help[] =
 "                          maps), those fetched whole, or every file\n"
 "                          (one copy less, but mmap(MAP_SHARED) of them\n"
 "                          fails with ENODEV)\n"
+"    readdirplus=auto|always  whether a listing hands the kernel each\n"
+"                          name's attributes: only where they are used\n"
+"                          next (auto, the default: ls -l), or always\n"
+"                          (an inode per name in kernel memory, but\n"
+"                          du and find -size of a huge directory need\n"
+"                          no lookup per name)\n"
 "    writable              let names the index doesn't have be created,\n"
 "                          written (a new file streams as a multipart\n"
 "                          upload once past one part, sequentially;\n"
@@ -350,6 +356,16 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		if (i < 0)
 			return FALSE;
 		m->fs.direct_io = (enum fs_direct_io)i;
+		return TRUE;
+	}
+	if (!strcmp(name, "readdirplus")) {
+		static const char *const modes[] = { "auto", "always" };
+		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
+				     error);
+
+		if (i < 0)
+			return FALSE;
+		m->fs.readdirplus_always = i == 1;
 		return TRUE;
 	}
 	if (!strcmp(name, "index_url")) {

@@ -45,6 +45,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	index_id dir, child;
 	struct index *idx;
 
+	count_op(fs, STATS_LOOKUP, 1);
 	if (fs->ov && is_overlay(parent)) {
 		lookup_overlay(req, fs, parent, name);
 		return;
@@ -76,6 +77,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	count_op(data(req), STATS_FORGET, 1);
 	forget_one(data(req), ino, nlookup);
 	fuse_reply_none(req);
 }
@@ -85,6 +87,7 @@ static void op_forget_multi(fuse_req_t req, size_t count,
 {
 	size_t i;
 
+	count_op(data(req), STATS_FORGET, count);
 	for (i = 0; i < count; i++)
 		forget_one(data(req), forgets[i].ino, forgets[i].nlookup);
 	fuse_reply_none(req);
@@ -99,6 +102,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino,
 	struct stat st;
 
 	(void)fi;
+	count_op(fs, STATS_GETATTR, 1);
 	if (is_overlay(ino)) {
 		struct ov_attr a;
 
@@ -129,6 +133,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino,
 	index_id id;
 	struct index *idx;
 
+	count_op(data(req), STATS_OPENDIR, 1);
 	if (is_overlay(ino)) {
 		struct ov_attr a;
 		struct fs *fs = data(req);
@@ -199,6 +204,7 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 	gboolean full = FALSE;
 	guint64 pos, next;
 
+	count_op(fs, plus ? STATS_READDIRPLUS : STATS_READDIR, 1);
 	if (is_overlay(ino) && fs->ov) {
 		readdir_overlay(&db, fs, ino, off);
 		return;
@@ -231,6 +237,11 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 		full = !dirbuf_add(&db, name, &e, (off_t)next + 2);
 		if (full && plus)
 			forget_one(fs, e.ino, 1);
+		else
+			count_op(fs,
+				 plus ? STATS_READDIRPLUS_ENTRIES
+				      : STATS_READDIR_ENTRIES,
+				 1);
 	}
 	if (!full && (fs->ov || fs->ed)) {
 		g_autofree char *dir_key = index_key(idx, dir);
@@ -496,6 +507,9 @@ static char *xattr_value(struct index *idx, index_id id, const char *name)
 	return NULL;
 }
 
+/* The namespace of every extended attribute the mount has. */
+#define XATTR_USER "user."
+
 /* The mount root's own attributes: counters, and the prefetch hint. */
 #define XATTR_STATS    "user.bucketfs.stats"
 #define XATTR_PREFETCH "user.bucketfs.prefetch"
@@ -565,6 +579,16 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name,
 	struct index *idx;
 	g_autofree char *v = NULL;
 
+	count_op(data(req), STATS_GETXATTR, 1);
+	if (strncmp(name, XATTR_USER, strlen(XATTR_USER)) != 0) {
+		/* Only user.* is kept; saying so for the other namespaces
+		 * (security.selinux, system.posix_acl_access: ls -l asks
+		 * for both of each file) lets ls stop asking for the rest
+		 * of the mount: it remembers a device that answered
+		 * ENOTSUP.  ENODATA would be asked again for each file. */
+		fuse_reply_err(req, EOPNOTSUPP);
+		return;
+	}
 	if (is_overlay(ino)) {
 		fuse_reply_err(req, ENODATA);
 		return;
@@ -592,6 +616,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	index_id id;
 	struct index *idx;
 
+	count_op(data(req), STATS_LISTXATTR, 1);
 	if (is_overlay(ino)) {
 		reply_sized(req, "", 0, size);
 		return;
@@ -619,9 +644,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct fs *fs = userdata;
 
 	conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Attributes with the names only where lookups follow: the kernel's
+	 * AUTO mode asks for readdirplus for a listing's first batch, and for
+	 * the next after a lookup or a readdirplus entry was used (ls -l,
+	 * find -size, du); ls -f, os.listdir and find -name get names alone
+	 * and build no kernel inode per name (docs/SCALE.md).  Tools that
+	 * stat after the whole listing (du, find -size: fts) then send a
+	 * lookup per name; -o readdirplus=always spares them that. */
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
-	conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
+	if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) &&
+	    !fs->opts.readdirplus_always)
+		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
+	else
+		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_read = 1u << 20;
 	/* The kernel keeps the smaller of this and the bdi's read_ahead_kb,
 	 * which main.c raised to the same value if it could (bdi.h). */

@@ -125,6 +125,25 @@ static void add_index(JsonBuilder *b, const struct stats_sources *src)
 	json_builder_end_object(b);
 }
 
+static const char *const op_names[STATS_OPS] = {
+	"lookup",	   "getattr",
+	"opendir",	   "readdir",
+	"readdirplus",	   "getxattr",
+	"listxattr",	   "forget",
+	"readdir_entries", "readdirplus_entries",
+};
+
+static void add_ops(JsonBuilder *b, const guint64 *ops)
+{
+	guint i;
+
+	json_builder_set_member_name(b, "ops");
+	json_builder_begin_object(b);
+	for (i = 0; i < STATS_OPS; i++)
+		add_uint(b, op_names[i], ops[i]);
+	json_builder_end_object(b);
+}
+
 void stats_sources_clear(struct stats_sources *src)
 {
 	g_clear_pointer(&src->idx, index_unref);
@@ -147,6 +166,7 @@ char *stats_json(const struct stats_sources *src)
 	json_builder_end_object(b);
 	add_stages(b, src->http);
 	add_streams(b, &src->streams);
+	add_ops(b, src->ops);
 	add_index(b, src);
 	json_builder_end_object(b);
 	root = json_builder_get_root(b);

@@ -15,6 +15,10 @@
  *   stages       samples, and p50_ms and p99_ms of each request stage
  *                (http_get_stage_stats(), http_stage_name());
  *   streams      the fields of struct streams_stats, by their names;
+ *   ops          FUSE requests the mount answered, by kind: lookup,
+ *                getattr, opendir, readdir, readdirplus, getxattr,
+ *                listxattr, forget (nodes forgotten), and the entries
+ *                readdir_entries and readdirplus_entries handed out;
  *   index        the index served: bucket, prefix, keys, created (seconds
  *                since the epoch) and generation (1 at the mount, one
  *                more at each switch: SIGHUP, index_max_age, a rebuild).
@@ -30,6 +34,21 @@
 #include "readahead.h"
 #include "streams.h"
 
+/* The FUSE requests counted by kind (the "ops" object); stats_op_name(). */
+enum stats_op {
+	STATS_LOOKUP,
+	STATS_GETATTR,
+	STATS_OPENDIR,
+	STATS_READDIR,
+	STATS_READDIRPLUS,
+	STATS_GETXATTR,
+	STATS_LISTXATTR,
+	STATS_FORGET,
+	STATS_READDIR_ENTRIES,
+	STATS_READDIRPLUS_ENTRIES,
+	STATS_OPS
+};
+
 /* Where a mount's counters come from: borrowed, but for @idx, a reference
  * that stats_sources_clear() drops. */
 struct stats_sources {
@@ -40,6 +59,8 @@ struct stats_sources {
 	struct streams_stats streams;
 	guint64 reads;	     /* FUSE reads of files */
 	guint64 handed_over; /* files stored in the page cache at open */
+	/* FUSE requests by kind. */
+	guint64 ops[STATS_OPS];
 };
 
 /* Drops @src's reference on its index. */
