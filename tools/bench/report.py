@@ -1206,10 +1206,13 @@ def sec_soak(d, w):
             continue
         v = [x[k] for x in after]
         sl = slope(after, k)
+        half = [x for x in after if x["minute"] >= (after[0]["minute"] + after[-1]["minute"]) / 2]
+        sl2 = slope(half, k)
         rows.append([label, f(min(v)), f(median_of(v)), f(max(v)), f(after[0][k]),
-                     f(after[-1][k]), "%+.3f" % sl if sl is not None else "–"])
+                     f(after[-1][k]), "%+.3f" % sl if sl is not None else "–",
+                     "%+.3f" % sl2 if sl2 is not None else "–"])
     table(w, ["after the first minute", "min", "median", "max", "at minute 1", "at the end",
-              "slope per minute (least squares)"], rows)
+              "slope per minute (least squares)", "slope, second half"], rows)
     w("")
     w("![RSS, descriptors and threads each minute](bench-soak.png)")
     w("")
