@@ -33,6 +33,7 @@ import json
 import multiprocessing
 import os
 import random
+import shlex
 import statistics
 import subprocess
 import sys
@@ -161,6 +162,12 @@ def plot(samples, path, title):
     fig.savefig(path, dpi=90)
 
 
+def plot_title(a, sm):
+    return (f"bucketfs soak: {a['procs'] * a['threads']} readers, "
+            f"{a['rate']:.0%} faults of 7 kinds, {sm['minutes']:.0f} min, "
+            f"{sm['reads']} reads, {sm['failed']} failed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=30)
@@ -175,6 +182,9 @@ def main():
                     help="write docs/bench-soak.json and docs/bench-soak.png "
                     "and rewrite section 11 of docs/BENCHMARKS.md from them "
                     "(tools/bench/report.py, which run.py's rewrites also call)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="no run: the plot (and with --docs section 11) "
+                    "from --out-json's results")
     ap.add_argument("--note", default="",
                     help="a word on the machine, for the report")
     args = ap.parse_args()
@@ -182,6 +192,16 @@ def main():
     if args.docs:
         args.out_json = args.out_json or os.path.join(docs, report.SOAK_JSON)
         args.out_png = args.out_png or os.path.join(docs, "bench-soak.png")
+    if args.render_only:
+        # Plot and section 11 again from a run's JSON (e.g. under Debian's
+        # /usr/bin/python3, which has python3-matplotlib).
+        with open(args.out_json) as f:
+            d = json.load(f)
+        sm = d["summary"]
+        plot(d["samples"], args.out_png, plot_title(d["args"], sm))
+        if args.docs:
+            report.replace_soak_section(os.path.join(docs, "BENCHMARKS.md"))
+        return 0
     machine = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                "commit": subprocess.run(
                    ["git", "-C", harness.SRC, "rev-parse", "--short", "HEAD"],
@@ -277,14 +297,11 @@ def main():
               "| %(failed)d | %(faults)d | %(load1).1f |" % s)
     if args.out_json:
         with open(args.out_json, "w") as f:
-            json.dump({"command": "tools/bench/soak.py " + " ".join(sys.argv[1:]),
+            json.dump({"command": "tools/bench/soak.py " + shlex.join(sys.argv[1:]),
                        "machine": machine, "args": vars(args),
                        "summary": summary, "samples": samples}, f, indent=1)
     if args.out_png:
-        plot(samples, args.out_png,
-             f"bucketfs soak: {args.procs * args.threads} readers, "
-             f"{args.rate:.0%} faults of 7 kinds, {secs / 60:.0f} min, "
-             f"{ok} reads, {failed} failed")
+        plot(samples, args.out_png, plot_title(vars(args), summary))
     if args.docs:
         report.replace_soak_section(os.path.join(docs, "BENCHMARKS.md"))
     return 1 if failed else 0
