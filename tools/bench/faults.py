@@ -150,11 +150,12 @@ class Bench:
     def fresh(self, results, modes):
         """A new mount per mode, a clean one before each faulted one (its
         reference: the load of a shared machine drifts)."""
+        faulted = [x for x in modes if x != "none"]
         order = []
-        for x in modes:
-            order += [x] if x == "none" else ["none", x]
-        if "none" not in modes:
-            order = [x for x in order if x != "none"]
+        for x in faulted:
+            order += ["none", x] if "none" in modes else [x]
+        if not faulted:
+            order = modes
         for mode in order:
             m = self.mount()
             try:
