@@ -59,6 +59,9 @@
 #define MAX_EVENT_THREADS  64
 #define SPARE_EASY_MAX	   256 /* idle easy handles kept per loop */
 #define UNREACH_WAIT_MAX   1.0 /* seconds: a store's return is seen soon */
+/* Seconds: the first retry's cap after a 503/429/5xx, about one GET's time
+ * to a store in the same region (see retry_wait_us()). */
+#define BACKOFF_BASE 0.01
 /* The retry budget (see "Retries" in http.h): tokens, one per retry. */
 #define BUDGET_MAX	   100.0
 #define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
@@ -1500,7 +1503,10 @@ static gint64 budget_take(struct http *http, gint64 now)
  * The wait before the next round of @req, whose round @a failed with
  * @f.  Full jitter: uniform in [0, cap], the cap doubling with each
  * failed round of the request.  SlowDown and other 5xx: backoff_base
- * first (the server is struggling or asks for less).  A broken transfer:
+ * first (the server is struggling or asks for less).  That first cap is
+ * about the time of the request it replaces (the second twice that, and
+ * so on): what bounds the mount's load on the store in a storm is the
+ * retry budget, not the length of one request's wait.  A broken transfer:
  * at once the first time, then a tenth of that (a new connection is the
  * remedy, not time).  No connection: at once to another healthy
  * endpoint, else capped at UNREACH_WAIT_MAX so that a store's return is
@@ -2026,7 +2032,8 @@ static void http_set_options(struct http *http, const struct http_options *o)
 		o->connect_timeout > 0 ? o->connect_timeout : 10;
 	http->stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 30;
 	http->request_timeout = o->request_timeout;
-	http->backoff_base = o->backoff_base > 0 ? o->backoff_base : 0.1;
+	http->backoff_base =
+		o->backoff_base > 0 ? o->backoff_base : BACKOFF_BASE;
 	http->backoff_max = o->backoff_max > 0 ? o->backoff_max : 20;
 	http->max_attempts = MAX(1, o->max_attempts);
 	http->retry_deadline_us =

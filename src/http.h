@@ -140,7 +140,7 @@ struct http_options {
 	 * every attempt counts. */
 	double retry_deadline;
 	guint max_connections;	/* >= 1: transfers and sockets at once */
-	double backoff_base;	/* seconds, first retry's cap (0 = 0.1) */
+	double backoff_base;	/* seconds, first retry's cap (0 = 0.01) */
 	double backoff_max;	/* seconds, cap of any one wait (0 = 20) */
 	const char *user_agent; /* NULL = "bucketfs/VERSION" */
 

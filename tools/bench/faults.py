@@ -12,17 +12,21 @@ mount sends no LIST.  Every byte is compared with the server's synthetic
 content.
 
 Two schedules:
-  fresh   one new mount per mode (none, slowdown, reset, truncate);
+  fresh   one new mount per mode (none, slowdown, reset, truncate), a
+          clean one before each faulted one, the faulted walk compared
+          with the clean walk just before it;
   history the modes in turn on one mount, each after a clean walk, then
           the first faulted mode again, so a cost that grows with the
-          mount's history shows; compared with the clean walks after the
-          first (later walks of a mount fetch at open, one at a time).
+          mount's history shows; each compared with the clean walk just
+          before it (not with the first walk: later walks of a mount
+          fetch at open, one at a time).
 
   tools/bench/faults.py [--files 2500] [--size 3750] [--rate 0.3]
                         [--schedule fresh,history] [--runs 1] [--opts k=v,...]
                         [--json OUT]
 
-Prints one line per run and a table of medians and ratios to clean.
+Prints one line per walk and a table of medians, ratios to clean and
+the cost per fault.
 Not part of the test suite: it is a measurement.
 """
 
@@ -90,6 +94,7 @@ class Bench:
             BUCKET, k, args.size, 0)).digest() for k in self.keys}
         self.dead = f"http://127.0.0.1:{harness.free_port()}"
         self.n = 0
+        self.run = 0
 
     def mount(self):
         self.n += 1
@@ -135,14 +140,23 @@ class Bench:
                 f"{live['ejections']} ejections; dead: "
                 f"{eps[self.dead]['requests']} attempts")
         log(line)
-        results.append({"schedule": sched, "mode": mode, "seconds": secs,
+        results.append({"schedule": sched, "run": self.run,
+                        "mode": mode, "seconds": secs,
                         "failed": failed, "faults": faults,
                         "live_requests": live["requests"],
                         "live_ejections": live["ejections"],
                         "dead_requests": eps[self.dead]["requests"]})
 
     def fresh(self, results, modes):
-        for mode in modes:
+        """A new mount per mode, a clean one before each faulted one (its
+        reference: the load of a shared machine drifts)."""
+        faulted = [x for x in modes if x != "none"]
+        order = []
+        for x in faulted:
+            order += ["none", x] if "none" in modes else [x]
+        if not faulted:
+            order = modes
+        for mode in order:
             m = self.mount()
             try:
                 self.run_one(m, mode, "fresh", results)
@@ -171,28 +185,47 @@ class Bench:
         self.server.stop()
 
 
+def paired(rows, sched):
+    """Each walk with the clean walk it is compared with: on a fresh
+    mount the clean mount of the same run; on the history mount the
+    clean walk just before it.  Pairs, not one median of every clean
+    walk, so that a load that changes during the run (the machine is
+    shared) moves both sides of a ratio."""
+    base_mode = "none-again" if sched == "history" else "none"
+    ref, pairs = {}, []
+    for r in rows:
+        if r["mode"] == base_mode:
+            ref[r["run"]] = r
+        pairs.append((r, ref.get(r["run"])))
+    return base_mode, pairs
+
+
 def table(results):
     out = []
     for sched in ("fresh", "history"):
         rows = [r for r in results if r["schedule"] == sched]
         if not rows:
             continue
-        base_mode = "none-again" if sched == "history" else "none"
-        clean = [r["seconds"] for r in rows if r["mode"] == base_mode]
-        base = statistics.median(clean) if clean else None
-        out.append(f"\n{sched}: median of runs; ratio to clean "
-                   f"('{base_mode}')")
+        base_mode, pairs = paired(rows, sched)
+        out.append(f"\n{sched}: medians of runs; the ratio is the median "
+                   f"of each walk over its clean walk ('{base_mode}'), "
+                   f"the cost per fault its extra time over its faults")
         seen = []
         for r in rows:
             if r["mode"] not in seen:
                 seen.append(r["mode"])
         for mode in seen:
-            v = [r["seconds"] for r in rows if r["mode"] == mode]
-            med = statistics.median(v)
-            ratio = f"{med / base:5.2f}x" if base else "  -  "
-            failed = sum(r["failed"] for r in rows if r["mode"] == mode)
-            out.append(f"  {mode:9s} {med:7.2f} s  {ratio}  "
-                       f"(n={len(v)}, failed reads {failed})")
+            mine = [(r, c) for r, c in pairs if r["mode"] == mode]
+            med = statistics.median(r["seconds"] for r, _ in mine)
+            ratios = [r["seconds"] / c["seconds"] for r, c in mine if c]
+            ratio = f"{statistics.median(ratios):5.2f}x" if ratios else "  -  "
+            costs = [(r["seconds"] - c["seconds"]) / r["faults"] * 1e3
+                     for r, c in mine if c and r["faults"]]
+            cost = (f"  {statistics.median(costs):6.2f} ms/fault"
+                    if costs else "")
+            failed = sum(r["failed"] for r, _ in mine)
+            out.append(f"  {mode:10s} {med:7.2f} s  {ratio}{cost}  "
+                       f"(n={len(mine)}, failed reads {failed})")
     return "\n".join(out)
 
 
@@ -211,7 +244,8 @@ def main():
     b = Bench(args)
     results = []
     try:
-        for _ in range(args.runs):
+        for run in range(args.runs):
+            b.run = run
             if "fresh" in args.schedule:
                 b.fresh(results, modes)
             if "history" in args.schedule:

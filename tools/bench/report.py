@@ -1,5 +1,7 @@
-"""Writes docs/BENCHMARKS.md and the chart from run.py's results."""
+"""Writes docs/BENCHMARKS.md and the chart from run.py's results (and its
+section 11 from soak.py's, docs/bench-soak.json)."""
 
+import json
 import os
 
 LABEL = {
@@ -264,6 +266,7 @@ def render(res, out, charts=True):
     sec_failover(secs.get("failover", {}), w)
     if secs.get("compare"):
         sec_compare(secs["compare"], w)
+    sec_soak(load_soak(out), w)
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -1122,3 +1125,130 @@ def make_latency_chart(res, path):
     fig.savefig(path)
     plt.close(fig)
     return None
+
+
+# ---- 11. the soak (issue 24): written from tools/bench/soak.py's JSON, kept
+# next to the report (docs/bench-soak.json), so a run.py rewrite keeps it and
+# soak.py --doc rewrites only this section.
+
+SOAK_JSON = "bench-soak.json"
+SOAK_TITLE = "11. Soak: 30 minutes of RetinaNet reads with 1% faults of every kind"
+
+
+def load_soak(out):
+    """soak.py's results next to @out, or None."""
+    path = os.path.join(os.path.dirname(out), SOAK_JSON)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def slope(samples, key):
+    """Least-squares slope of @key per minute over @samples, or None."""
+    if len(samples) < 2:
+        return None
+    xs = [x["minute"] for x in samples]
+    ys = [x[key] for x in samples]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    d = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / d if d else None
+
+
+def sec_soak(d, w):
+    title = SOAK_TITLE
+    if d:
+        title = ("11. Soak: %.0f minutes of RetinaNet reads with %s faults of every kind"
+                 % (d["summary"]["minutes"], "{:g}%".format(d["args"]["rate"] * 100)))
+    heading(w, title, {} if d else
+            {"status": "not measured: no docs/%s (run tools/bench/soak.py)" % SOAK_JSON})
+    if not d:
+        return
+    a, sm, samples = d["args"], d["summary"], d["samples"]
+    m = d.get("machine") or {}
+    w("Written by `tools/bench/report.py` from `docs/%s`, the output of `%s` (issue 24), "
+      "on commit %s's binaries, started %s. One mount of the test S3 server "
+      "(`tests/s3server/s3server.py`, one endpoint, index built beforehand, "
+      "`-o stall_timeout=2`); %s synthetic objects of %s bytes; %d readers (%d processes "
+      "× %d threads) read random files whole, every byte checked against the server's "
+      "content (SHA-256), each file dropped from the page cache after its read so every "
+      "read reaches the daemon. The server faults %s of GETs, seven kinds mixed about "
+      "equally: 503 SlowDown, 500 InternalError, a reset after half the body, half the "
+      "body then a clean close, a stall of 5 s after half the body, a close with no "
+      "answer, a body 7 bytes short. Each minute: the daemon's VmRSS, `/proc/PID/fd` and "
+      "threads (by name)."
+      % (SOAK_JSON, d.get("command") or "tools/bench/soak.py", m.get("commit", "?"),
+         m.get("started", "?"), n0(a["files"]), n0(a["size"]), a["procs"] * a["threads"],
+         a["procs"], a["threads"], "{:g}%".format(a["rate"] * 100)))
+    w("")
+    loads = [x["load1"] for x in samples]
+    w("**Load:** the 1-minute load average was %.1f–%.1f (median %.1f) during the run%s; "
+      "the read rate depends on it, the flatness is the point."
+      % (min(loads), max(loads), sm.get("load1_median", 0),
+         (" (%s)" % m["note"]) if m.get("note") else ""))
+    w("")
+    hits = sm.get("fault_hits") or {}
+    order = ["status503", "status500", "reset", "truncate", "stall", "drop", "bad_length"]
+    table(w, ["", "reads", "failed", "faults injected (503 / 500 / reset / truncate / "
+              "stall / drop / short)", "reads/s", "daemon warnings or errors"],
+          [["%.1f min" % sm["minutes"], "**%s**" % n0(sm["reads"]),
+            "**%s**" % n0(sm["failed"]),
+            "%s (%s)" % (n0(sm["faults_injected"]),
+                         " / ".join(n0(hits.get(k, 0)) for k in order)),
+            n0(sm["reads_per_s"]), n0(sm.get("daemon_log_warnings"))]])
+    w("")
+    after = [x for x in samples if x["minute"] >= 1]
+    rows = []
+    for k, label, f in (("rss_mib", "RSS (MiB)", n1), ("fds", "descriptors", n0),
+                        ("threads", "threads", n0)):
+        if not after:
+            continue
+        v = [x[k] for x in after]
+        sl = slope(after, k)
+        half = [x for x in after if x["minute"] >= (after[0]["minute"] + after[-1]["minute"]) / 2]
+        sl2 = slope(half, k)
+        rows.append([label, f(min(v)), f(median_of(v)), f(max(v)), f(after[0][k]),
+                     f(after[-1][k]), "%+.3f" % sl if sl is not None else "–",
+                     "%+.3f" % sl2 if sl2 is not None else "–"])
+    table(w, ["after the first minute", "min", "median", "max", "at minute 1", "at the end",
+              "slope per minute (least squares)", "slope, second half"], rows)
+    w("")
+    w("![RSS, descriptors and threads each minute](bench-soak.png)")
+    w("")
+    first, last = (after[0], after[-1]) if after else (None, None)
+    if first and first.get("thread_names") and last.get("thread_names"):
+        names = sorted(set(first["thread_names"]) | set(last["thread_names"]))
+        w("- **Threads by name**, minute %.0f → the end: %s. `bucketfs` is the main thread "
+          "and libfuse's workers: libfuse starts a worker when a request arrives and none is "
+          "idle, up to `max_threads` (64), and keeps every idle one (its default "
+          "`max_idle_threads` of −1; upstream discourages destroying them), so their count "
+          "is the largest number of requests handled at once so far, bounded, not one per "
+          "request."
+          % (first["minute"], ", ".join("%s %d → %d" % (n, first["thread_names"].get(n, 0),
+                                                        last["thread_names"].get(n, 0))
+                                        for n in names)))
+    if sm.get("errors"):
+        w("- **Failed reads** (first ones): %s" % "; ".join(sm["errors"][:5]))
+    w("")
+
+
+def replace_soak_section(md_path):
+    """Rewrites only section 11 of @md_path from the JSON next to it (as
+    soak.py --doc does after a run); appends it when it is missing."""
+    with open(md_path) as f:
+        text = f.read()
+    lines = []
+    sec_soak(load_soak(md_path), lines.append)
+    new = "\n".join(lines).rstrip() + "\n"
+    head = "## " + SOAK_TITLE.split(":")[0] + ":"
+    start = text.find(head)
+    if start < 0:
+        text = text.rstrip() + "\n\n" + new
+    else:
+        end = text.find("\n## ", start + 1)
+        text = text[:start] + new + (text[end + 1:] if end >= 0 else "")
+    tmp = md_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, md_path)

@@ -17,7 +17,11 @@ for docs/BENCHMARKS.md.
 
   tools/bench/soak.py [--minutes 30] [--files 1000] [--procs 4]
                       [--threads 8] [--rate 0.01] [--out-json F]
-                      [--out-png docs/bench-soak.png]
+                      [--out-png F] [--docs] [--note TEXT]
+
+With --docs: docs/bench-soak.json and docs/bench-soak.png, and section 11 of
+docs/BENCHMARKS.md rewritten from them by tools/bench/report.py (run.py's
+rewrites of that file write the same section from the same JSON).
 
 Not part of the test suite: it is a measurement.  The machine may be
 shared; the report says how busy it was (/proc/loadavg each minute).
@@ -29,7 +33,9 @@ import json
 import multiprocessing
 import os
 import random
+import shlex
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -45,6 +51,7 @@ import s3server  # noqa: E402
 
 sys.path.insert(0, HERE)
 from rig import RETINA_SIZE, log  # noqa: E402
+import report  # noqa: E402
 
 BUCKET = "soak"
 
@@ -122,9 +129,18 @@ def sample(pid):
         st = dict(line.split(":", 1) for line in f if ":" in line)
     with open("/proc/loadavg") as f:
         load = float(f.read().split()[0])
+    names = {}
+    for t in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{t}/comm") as f:
+                n = f.read().strip()
+        except OSError:
+            continue
+        names[n] = names.get(n, 0) + 1
     return {"rss_mib": int(st["VmRSS"].split()[0]) / 1024,
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "threads": int(st["Threads"]),
+            "thread_names": names,
             "load1": load}
 
 
@@ -146,6 +162,12 @@ def plot(samples, path, title):
     fig.savefig(path, dpi=90)
 
 
+def plot_title(a, sm):
+    return (f"bucketfs soak: {a['procs'] * a['threads']} readers, "
+            f"{a['rate']:.0%} faults of 7 kinds, {sm['minutes']:.0f} min, "
+            f"{sm['reads']} reads, {sm['failed']} failed")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--minutes", type=float, default=30)
@@ -156,7 +178,35 @@ def main():
     ap.add_argument("--rate", type=float, default=0.01)
     ap.add_argument("--out-json")
     ap.add_argument("--out-png")
+    ap.add_argument("--docs", action="store_true",
+                    help="write docs/bench-soak.json and docs/bench-soak.png "
+                    "and rewrite section 11 of docs/BENCHMARKS.md from them "
+                    "(tools/bench/report.py, which run.py's rewrites also call)")
+    ap.add_argument("--render-only", action="store_true",
+                    help="no run: the plot (and with --docs section 11) "
+                    "from --out-json's results")
+    ap.add_argument("--note", default="",
+                    help="a word on the machine, for the report")
     args = ap.parse_args()
+    docs = os.path.join(harness.SRC, "docs")
+    if args.docs:
+        args.out_json = args.out_json or os.path.join(docs, report.SOAK_JSON)
+        args.out_png = args.out_png or os.path.join(docs, "bench-soak.png")
+    if args.render_only:
+        # Plot and section 11 again from a run's JSON (e.g. under Debian's
+        # /usr/bin/python3, which has python3-matplotlib).
+        with open(args.out_json) as f:
+            d = json.load(f)
+        sm = d["summary"]
+        plot(d["samples"], args.out_png, plot_title(d["args"], sm))
+        if args.docs:
+            report.replace_soak_section(os.path.join(docs, "BENCHMARKS.md"))
+        return 0
+    machine = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+               "commit": subprocess.run(
+                   ["git", "-C", harness.SRC, "rev-parse", "--short", "HEAD"],
+                   capture_output=True, text=True).stdout.strip() or "?",
+               "note": args.note}
 
     tmp = tempfile.mkdtemp(prefix="bfs-soak-", dir="/var/tmp")
     keys = [key(i, args.files) for i in range(args.files)]
@@ -174,7 +224,7 @@ def main():
         if r.returncode != 0:
             raise SystemExit(f"index build failed: {r.stderr}")
         m = harness.Mount(f"s3://{BUCKET}", server.url, index,
-                          "stall_timeout=2", log=os.path.join(tmp, "mount.log"))
+                          "stall_timeout=2", "empty_dirs=valid", log=os.path.join(tmp, "mount.log"))
         pid = m.proc.pid
         server.faults(fault_rules(args.rate, args.size), seed=24)
         q = multiprocessing.Queue()
@@ -210,7 +260,8 @@ def main():
                 samples.append(s)
                 log("minute %(minute)5.1f: RSS %(rss_mib)6.1f MiB, %(fds)3d fds, "
                     "%(threads)2d threads, %(reads)d reads, %(failed)d failed, "
-                    "%(faults)d faults, load %(load1).1f" % s)
+                    "%(faults)d faults, load %(load1).1f; threads %(thread_names)s"
+                    % s)
                 next_sample += 60
         for p in procs:
             p.join()
@@ -218,7 +269,8 @@ def main():
         faults = server.stats()["faults_injected"]
         hits = {f"{r['kind']}{r.get('status', '')}": r["hits"]
                 for r in server.control("GET", "faults")["rules"]}
-        warn = [ln for ln in m.output().splitlines() if "warning" in ln or "error" in ln]
+        warn = [ln for ln in m.output().splitlines()
+                if ": warning:" in ln or ": error:" in ln]
         rc = m.unmount()
         m = None
     finally:
@@ -245,13 +297,13 @@ def main():
               "| %(failed)d | %(faults)d | %(load1).1f |" % s)
     if args.out_json:
         with open(args.out_json, "w") as f:
-            json.dump({"args": vars(args), "summary": summary,
-                       "samples": samples}, f, indent=1)
+            json.dump({"command": "tools/bench/soak.py " + shlex.join(sys.argv[1:]),
+                       "machine": machine, "args": vars(args),
+                       "summary": summary, "samples": samples}, f, indent=1)
     if args.out_png:
-        plot(samples, args.out_png,
-             f"bucketfs soak: {args.procs * args.threads} readers, "
-             f"{args.rate:.0%} faults of 7 kinds, {secs / 60:.0f} min, "
-             f"{ok} reads, {failed} failed")
+        plot(samples, args.out_png, plot_title(vars(args), summary))
+    if args.docs:
+        report.replace_soak_section(os.path.join(docs, "BENCHMARKS.md"))
     return 1 if failed else 0
 
 
