@@ -34,6 +34,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -47,6 +49,7 @@
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
 #define MAX_POLL_MS	   1000
+#define EPOLL_BATCH	   64 /* socket events taken per epoll_wait() */
 #define ERROR_BODY_LIMIT   (64u << 10)
 #define LATENCY_RING	   1024	 /* successful attempts kept per endpoint */
 #define HEDGE_RING	   256	 /* hedged requests kept for their p95 */
@@ -105,13 +108,23 @@ struct lane {
 	guint inflight; /* this loop's attempts running there */
 };
 
-/* An event thread and its multi handle. */
+/*
+ * An event thread and its multi handle.  The loop waits in epoll_wait()
+ * on the sockets curl asks for (on_socket()) and on its wake-up eventfd,
+ * and hands curl only the socket that is ready (curl_multi_socket_action),
+ * so a wake-up costs the same with 2 or 200 transfers in flight:
+ * curl_multi_poll() built and polled the whole set, and
+ * curl_multi_perform() visited every transfer, at each one.
+ */
 struct loop {
 	struct http *http;
 	guint index;
 	CURLM *multi;
 	GThread *thread;
-	guint slots;	    /* its slice of max_connections; immutable */
+	int epfd;	 /* the loop's sockets and wake_fd; -1 until set up */
+	int wake_fd;	 /* eventfd: submissions and the shutdown */
+	gint wake_armed; /* atomic: a wake-up is on its way, skip another */
+	guint slots;	 /* its slice of max_connections; immutable */
 	struct lane *lanes; /* one per endpoint */
 
 	/* Protected by http->lock. */
@@ -863,6 +876,45 @@ static int on_close_socket(void *clientp, curl_socket_t fd)
 	if (lane->sockets > 0)
 		lane->sockets--;
 	return close(fd);
+}
+
+/*
+ * curl says which of its sockets to wait on, and for what.  socketp is
+ * non-NULL once the socket is in the loop's epoll set.  curl removes a
+ * socket before it closes it; a number reused without that (a socket
+ * closed behind curl's back leaves the set by itself) is caught by
+ * EEXIST/ENOENT.
+ */
+static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
+		     void *socketp)
+{
+	struct loop *l = userp;
+	struct epoll_event ev = { .data.fd = fd };
+	int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+	(void)easy;
+	if (what == CURL_POLL_REMOVE) {
+		if (socketp)
+			epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
+		curl_multi_assign(l->multi, fd, NULL);
+		return 0;
+	}
+	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
+		    ((what & CURL_POLL_OUT) ? EPOLLOUT : 0);
+	if (epoll_ctl(l->epfd, op, fd, &ev) != 0) {
+		op = errno == EEXIST ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+		if ((errno == EEXIST || errno == ENOENT) &&
+		    epoll_ctl(l->epfd, op, fd, &ev) == 0)
+			goto added;
+		/* curl times the transfer out; the error says why. */
+		log_msg(LOG_LEVEL_WARNING, "epoll_ctl of socket %d: %s", fd,
+			g_strerror(errno));
+		return -1;
+	}
+added:
+	if (!socketp)
+		curl_multi_assign(l->multi, fd, l);
+	return 0;
 }
 
 /* -- starting attempts -------------------------------------------------- */
@@ -1987,26 +2039,79 @@ static void cancel_untaken(struct http *http)
 
 /* -- the event threads -------------------------------------------------- */
 
+/*
+ * Wakes @l's thread, once however many submitters call it before the
+ * thread takes its work: the flag is cleared before take_work() looks.
+ */
+static void loop_wake(struct loop *l)
+{
+	guint64 one = 1;
+
+	if (!g_atomic_int_compare_and_exchange(&l->wake_armed, 0, 1))
+		return;
+	while (write(l->wake_fd, &one, sizeof(one)) < 0 && errno == EINTR)
+		;
+}
+
+static void loop_woken(struct loop *l)
+{
+	guint64 n;
+
+	g_atomic_int_set(&l->wake_armed, 0);
+	while (read(l->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
+		;
+}
+
+/* Hands curl the sockets that are ready, then its timers that are due. */
+static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
+{
+	long ms = -1;
+	int i, running;
+
+	for (i = 0; i < n; i++) {
+		int what = 0;
+
+		if (ev[i].data.fd == l->wake_fd) {
+			loop_woken(l);
+			continue;
+		}
+		if (ev[i].events & (EPOLLIN | EPOLLHUP))
+			what |= CURL_CSELECT_IN;
+		if (ev[i].events & EPOLLOUT)
+			what |= CURL_CSELECT_OUT;
+		if (ev[i].events & EPOLLERR)
+			what |= CURL_CSELECT_ERR;
+		curl_multi_socket_action(l->multi, ev[i].data.fd, what,
+					 &running);
+	}
+	/* curl_multi_timeout() says 0 only once a timer has expired (it
+	 * rounds up), and is asked afresh each time, so none is lost. */
+	curl_multi_timeout(l->multi, &ms);
+	if (ms == 0)
+		curl_multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0,
+					 &running);
+}
+
 static gpointer event_thread(gpointer data)
 {
 	struct loop *l = data;
 	struct http *http = l->http;
-	int still;
+	struct epoll_event ev[EPOLL_BATCH];
 
 	for (;;) {
 		gboolean stop;
+		int n;
 
 		pthread_mutex_lock(&http->lock);
 		stop = http->stopping;
 		pthread_mutex_unlock(&http->lock);
 		if (stop)
 			break;
+		/* Fills the slots reap() freed before sleeping. */
 		schedule(l);
-		curl_multi_perform(l->multi, &still);
+		n = epoll_wait(l->epfd, ev, EPOLL_BATCH, poll_timeout_ms(l));
+		dispatch(l, ev, MAX(n, 0));
 		reap(l);
-		/* Slots freed by reap() are filled before sleeping. */
-		schedule(l);
-		curl_multi_poll(l->multi, NULL, 0, poll_timeout_ms(l), NULL);
 	}
 	loop_cancel_all(l);
 	return NULL;
@@ -2061,6 +2166,7 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 
 	l->http = http;
 	l->index = i;
+	l->epfd = l->wake_fd = -1;
 	l->slots = http->max_connections / http->nloops +
 		   (i < http->max_connections % http->nloops);
 	l->lanes = g_new0(struct lane, http->endpoints->len);
@@ -2083,6 +2189,29 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
 			  (long)l->slots);
 	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, (long)l->slots);
+	curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+	curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);
+	l->epfd = epoll_create1(EPOLL_CLOEXEC);
+	l->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (l->epfd < 0 || l->wake_fd < 0) {
+		g_set_error(error, BFS_ERROR, errno,
+			    "cannot set up HTTP event thread %u: %s: %s", i,
+			    l->epfd < 0 ? "epoll_create1" : "eventfd",
+			    g_strerror(errno));
+		return FALSE;
+	}
+	{
+		struct epoll_event ev = { .events = EPOLLIN,
+					  .data.fd = l->wake_fd };
+
+		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev) != 0) {
+			g_set_error(error, BFS_ERROR, errno,
+				    "cannot set up HTTP event thread %u: "
+				    "epoll_ctl: %s",
+				    i, g_strerror(errno));
+			return FALSE;
+		}
+	}
 	return TRUE;
 }
 
@@ -2195,7 +2324,7 @@ void http_shutdown(struct http *http)
 	pthread_mutex_unlock(&http->lock);
 	for (i = 0; i < http->nloops && http->loops; i++)
 		if (http->loops[i].thread)
-			curl_multi_wakeup(http->loops[i].multi);
+			loop_wake(&http->loops[i]);
 	for (i = 0; i < http->nloops && http->loops; i++)
 		g_clear_pointer(&http->loops[i].thread, g_thread_join);
 	cancel_untaken(http);
@@ -2206,8 +2335,14 @@ void http_shutdown(struct http *http)
 static void loop_clear(struct loop *l)
 {
 	g_clear_pointer(&l->spare_easy, g_ptr_array_unref);
-	/* Closes the idle connections, through on_close_socket(). */
+	/* Closes the idle connections, through on_close_socket() (and
+	 * on_socket(), so the epoll set goes after it). */
 	g_clear_pointer(&l->multi, curl_multi_cleanup);
+	if (l->http && l->epfd >= 0)
+		close(l->epfd);
+	if (l->http && l->wake_fd >= 0)
+		close(l->wake_fd);
+	l->epfd = l->wake_fd = -1;
 	g_clear_pointer(&l->live, g_hash_table_unref);
 	g_clear_pointer(&l->rand, g_rand_free);
 	g_clear_pointer(&l->lanes, g_free);
@@ -2389,7 +2524,7 @@ void http_submit(struct http *http, struct http_request *req)
 		wake = admit(http, req);
 	pthread_mutex_unlock(&http->lock);
 	if (wake)
-		curl_multi_wakeup(wake->multi);
+		loop_wake(wake);
 	if (!closed)
 		return;
 	{

@@ -98,10 +98,11 @@
  * event thread (max_connections / event_threads, the remainder spread);
  * each thread runs and holds at most its slice of transfers and
  * connections (idle ones stay cached and warm with TCP keepalive), so the
- * engine holds at most max_connections sockets, plus one wakeup pair per
- * event thread and, while a host name is being resolved, the resolver's
- * pair.  Sized within the process's descriptor limit, the engine
- * therefore never makes the process see EMFILE.  A submission goes to the
+ * engine holds at most max_connections sockets, plus per event thread
+ * curl's wakeup pair, an epoll set and an eventfd and, while a host name
+ * is being resolved, the resolver's pair.  Sized within the process's
+ * descriptor limit, the engine therefore never makes the process see
+ * EMFILE.  A submission goes to the
  * thread with the most free slots; when none has one it waits in the
  * FIFO, whose head the first thread to free a slot takes.  New
  * connections are rate-limited, for the engine as a whole: at most

@@ -194,7 +194,7 @@ def make_case(rng, i):
                               "garage"]),
         "ak": "AKIA" + random_token(rng, 16, 16).replace("+", "X")
         .replace("/", "Y").replace("=", "Z"),
-        "sk": random_token(rng, 40, 40),
+        "sk": random_token(rng, 40, 90),  # > 60: a key over 64 B
         "token": random_token(rng, 100, 400) if rng.random() < 0.3 else None,
         "sloppy": i % 2 == 1,
     }

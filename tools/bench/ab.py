@@ -3,6 +3,7 @@
 
   tools/bench/ab.py A_BUILD_DIR B_BUILD_DIR [--runs N] [--files N]
                     [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
+                    [--latency MS]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -14,7 +15,9 @@ medians and B / A.  --direct adds, per round, the two direct S3 paths of
 run.py's dlio measurement (curl -Z, and the same readers doing GETs) as
 references.  --hint announces each pass's order (user.bucketfs.prefetch)
 before it starts.  --pin runs everything pinned (rig.pin(): readers and
-endpoints on CPU 0, the daemon on CPU 1).  Each pass also gives the CPU per
+endpoints on CPU 0, the daemon on CPU 1).  --latency MS serves every path
+(both mounts and the direct references) through endpoints that answer
+after MS ms, as run.py's latency rig does.  Each pass also gives the CPU per
 file of every process of its path.  Measures only: no report is written.
 
 A build directory is a meson build of any commit (for example
@@ -40,7 +43,8 @@ from rig import CLEANUP, log  # noqa: E402
 def mount_pass(r, ds, build, a, seed):
     rig.BUILD = build  # rig.binary() looks there
     run.cold(ds.paths(), ds.name)
-    with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=a.opts) as m:
+    with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=a.opts,
+                   urls=r.endpoints.delay_urls[a.latency]) as m:
         order = list(ds.files)
         random.Random(seed).shuffle(order)  # the order read_all() will use
         if a.hint:
@@ -85,6 +89,8 @@ def main():
                     help="announce each pass's order before it starts")
     ap.add_argument("--pin", action="store_true",
                     help="readers and endpoints on CPU 0, the daemon on CPU 1")
+    ap.add_argument("--latency", type=int, default=0,
+                    help="first-byte delay of every endpoint, ms (default 0)")
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
@@ -98,7 +104,7 @@ def main():
     builds = {"A": rig.snapshot_build(a.a_build, "fs/bucketfs", "a", "ab.py"),
               "B": rig.snapshot_build(a.b_build, "fs/bucketfs", "b", "ab.py")}
     ds = rig.retina_dataset(a.cache_dir, a.files)
-    r = rig.Rig(a.cache_dir, [ds])
+    r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else ())
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
         if a.pin:
@@ -111,12 +117,12 @@ def main():
             if a.direct:
                 rig.warm(ds.paths())
                 probe = cpu.CpuProbe(others=r.endpoints.pids())
-                res = run.curl_direct(r, ds, a.procs, i, a.timeout)
+                res = run.curl_direct(r, ds, a.procs, i, a.timeout, delay=a.latency)
                 cost = probe.stop(files=res.get("files", 0))
                 res["busy"], res["total_ms_per_file"] = cost["busy_pct"], cost["total_ms_per_file"]
                 results["curl -Z"].append(res)
                 log(line("curl -Z", res))
-                urls = [r.object_url(ds, k, j) for j, k in enumerate(ds.files)]
+                urls = [r.object_url(ds, k, j, a.latency) for j, k in enumerate(ds.files)]
                 probe = cpu.CpuProbe(others=r.endpoints.pids())
                 res = readers.read_all(urls, a.procs, seed=i,
                                        expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
