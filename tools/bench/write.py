@@ -69,10 +69,21 @@ class Direct:
         return dict(req.headers.items())
 
     def call(self, conn, method, path, query, body=b""):
-        conn.request(method, path + "?" + query, body=body,
-                     headers=self.signed(method, path, query, body))
-        resp = conn.getresponse()
-        data = resp.read()
+        for attempt in (1, 2, 3):
+            try:
+                conn.request(method, path + "?" + query, body=body,
+                             headers=self.signed(method, path, query, body))
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # RGW closes kept-alive connections now and then: as
+                # bucketfs's engine does, a new connection and again.
+                conn.close()
+                if attempt == 3:
+                    raise
+        if resp.getheader("connection", "").lower() == "close":
+            conn.close()
         if resp.status // 100 != 2:
             raise RuntimeError(f"{method} {path}?{query}: {resp.status} "
                                f"{data[:300]!r}")
