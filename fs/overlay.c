@@ -731,7 +731,9 @@ gboolean overlay_large_file(struct overlay *ov, guint64 node, guint64 *size,
 
 	g_mutex_lock(&ov->lock);
 	n = g_hash_table_lookup(ov->by_node, &node);
-	ok = n && !n->removed && !n->is_dir && !n->data && !n->writers &&
+	/* Nothing buffered: all of it is on S3 (after an fsync, its writer
+	 * may still hold it open). */
+	ok = n && !n->removed && !n->is_dir && !n->data &&
 	     n->version == n->uploaded && n->size > ov->write_max;
 	if (ok) {
 		*size = n->size;

@@ -142,7 +142,7 @@ void overlay_release(struct ov_file *f);
 
 /*
  * Whether node @node is a file on S3 too large to be fetched whole
- * (over write_max) and not open for writing: then it is read like an
+ * (over write_max), with nothing buffered: then it is read like an
  * indexed file, @size bytes of ETag *@etag (g_free; may be NULL).
  */
 gboolean overlay_large_file(struct overlay *ov, guint64 node, guint64 *size,

@@ -5,6 +5,7 @@
  * must come in order, and close or fsync completes the upload.
  */
 #include <errno.h>
+#include <malloc.h>
 #include <string.h>
 #include <sys/mman.h>
 
@@ -186,6 +187,11 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 	g_mutex_unlock(&ov->lock);
 
 	ok = upload_finish(up, last, size, &etag, &err);
+	g_clear_pointer(&last, g_bytes_unref);
+	/* The file's buffer, freed on another thread than the one that grew
+	 * it, would stay cached in that malloc arena: give it back, so the
+	 * daemon's RSS after a checkpoint is what it was before. */
+	malloc_trim(0);
 	g_mutex_lock(&ov->lock);
 	n->uploading = FALSE;
 	g_cond_broadcast(&ov->idle);

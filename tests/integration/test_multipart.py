@@ -126,6 +126,8 @@ class TestServerMultipart(MultipartCase):
         with self.assertRaises(OSError) as cm:
             os.write(fd, b"more")
         self.assertEqual(cm.exception.errno, errno.EBADF)
+        with open(m.path("sealed"), "rb") as f:  # complete: readable
+            self.assertEqual(len(f.read()), PART + MiB)
         os.close(fd)
         self.assertEqual(len(s3_get(self.signer(), self.bucket, "sealed")),
                          PART + MiB)

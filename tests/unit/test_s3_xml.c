@@ -692,6 +692,7 @@ static void test_multipart(void)
 	g_assert_true(s3_xml_parse_complete(done, strlen(done), &etag, &info,
 					    &error));
 	g_assert_cmpstr(etag, ==, "3858f62230ac3c915f300c664312c11f-9");
+	g_clear_pointer(&etag, g_free);
 	/* A 200 that failed: the error in @info, no GError. */
 	g_assert_false(s3_xml_parse_complete(failed, strlen(failed), &etag,
 					     &info, &error));

@@ -69,10 +69,21 @@ class Direct:
         return dict(req.headers.items())
 
     def call(self, conn, method, path, query, body=b""):
-        conn.request(method, path + "?" + query, body=body,
-                     headers=self.signed(method, path, query, body))
-        resp = conn.getresponse()
-        data = resp.read()
+        for attempt in (1, 2, 3):
+            try:
+                conn.request(method, path + "?" + query, body=body,
+                             headers=self.signed(method, path, query, body))
+                resp = conn.getresponse()
+                data = resp.read()
+                break
+            except (http.client.HTTPException, ConnectionError):
+                # RGW closes kept-alive connections now and then: as
+                # bucketfs's engine does, a new connection and again.
+                conn.close()
+                if attempt == 3:
+                    raise
+        if resp.getheader("connection", "").lower() == "close":
+            conn.close()
         if resp.status // 100 != 2:
             raise RuntimeError(f"{method} {path}?{query}: {resp.status} "
                                f"{data[:300]!r}")
@@ -177,7 +188,7 @@ def main():
                       os.path.join(tmp, "idx"), "writable",
                       f"part_size={part}", f"write_parts={a.parts}",
                       log=os.path.join(tmp, "mount.log"), env=env)
-    res = {"size": size, "part_size": part, "parts_in_flight": a.parts,
+    res = {"idle_rss_kib": rss_kib(m.proc.pid, "VmRSS"), "size": size, "part_size": part, "parts_in_flight": a.parts,
            "server": "Ceph RGW (loopback, one bluestore OSD)",
            "direct_s": [], "mount_s": [], "mount_peak_rss_kib": []}
     try:
@@ -205,9 +216,9 @@ def main():
     print(f"median of {a.reps}: direct {res['direct_mib_s']:.0f} MiB/s, "
           f"mount {res['mount_mib_s']:.0f} MiB/s, ratio {res['ratio']:.2f}; "
           f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
-          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); bound "
-          f"(write_parts + 1) x part_size = "
-          f"{(a.parts + 1) * part / MiB:.0f} MiB")
+          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); bound over "
+          f"the idle daemon (write_parts + 2) x part_size = "
+          f"{(a.parts + 2) * part / MiB:.0f} MiB")
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
