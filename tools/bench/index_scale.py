@@ -3,16 +3,19 @@
 
 Starts the test S3 server with a synthetic bucket of N RetinaNet-shaped keys
 (train/img_<i>_of_<N>.jpeg, 322,624 bytes each), then measures:
-  - bucketfs-index build: wall time and keys/s;
+  - bucketfs-index build: wall time, keys/s and peak RSS;
   - index bytes per key;
-  - bucketfs start to ready mount with the index on disk (median of runs);
-  - ls -f | wc -l of the directory;
+  - bucketfs start to ready mount with the index on disk (median of runs),
+    and the daemon's RSS then;
   - stat of 10,000 random files, and the requests that reached the server;
-  - the daemon's RSS after listing everything.
-Prints a Markdown table.  Needs a build (BFS_BUILD_DIR, default build/) and
-/dev/fuse.
+  - ls -f | wc -l, find -name and (with --du) du -s of the directory;
+  - after each, the kernel slab it grew (the fuse_inode and dentry caches
+    of /proc/slabinfo) and the daemon's RSS.
+Each of the last three starts cold (echo 3 > /proc/sys/vm/drop_caches,
+so root).  Prints a Markdown table.  Needs a build (BFS_BUILD_DIR, default
+build/) and /dev/fuse.  Hold /work/wt/bench.lock around it.
 
-  tools/bench/index_scale.py N [--runs 3] [--workers W]
+  tools/bench/index_scale.py N [--runs 3] [--workers W] [--du] [-o OPT]
 """
 
 import argparse
@@ -38,11 +41,29 @@ def rss_kib(pid):
     return 0
 
 
-def mount_timed(url, endpoint, index, mnt):
+def slab_bytes():
+    """Bytes in the fuse_inode and dentry slab caches."""
+    total = 0
+    with open("/proc/slabinfo") as f:
+        for line in f:
+            p = line.split()
+            if p and p[0] in ("fuse_inode", "dentry"):
+                total += int(p[1]) * int(p[3])
+    return total
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def mount_timed(url, endpoint, index, mnt, opts=""):
     """Starts bucketfs (daemonizing) and times it until the mount is up."""
     t0 = time.monotonic()
     r = subprocess.run([harness.binary("bucketfs"), "-o",
-                        f"endpoint={endpoint},index={index}", url, mnt],
+                        f"endpoint={endpoint},index={index}" + opts, url,
+                        mnt],
                        env=harness.client_env(), capture_output=True)
     if r.returncode != 0:
         raise RuntimeError(r.stderr.decode())
@@ -62,6 +83,10 @@ def main():
     ap.add_argument("n", type=int)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--workers", type=int, default=0)
+    ap.add_argument("--du", action="store_true",
+                    help="du -s too: a kernel inode per name (1.1 KiB)")
+    ap.add_argument("-o", dest="opts", default="",
+                    help="more mount options, e.g. readdirplus=always")
     a = ap.parse_args()
 
     tmp = tempfile.mkdtemp(prefix="bfs-scale-")
@@ -71,17 +96,20 @@ def main():
     server = harness.TestServer("--synthetic", f"dset:{a.n}")
     rows = []
     try:
-        cmd = [harness.binary("bucketfs-index"), "build", "-q", "-o",
+        cmd = ["/usr/bin/time", "-f", "%M", harness.binary("bucketfs-index"),
+               "build", "-q", "-o",
                f"endpoint={server.url},index={index}", "s3://dset"]
         if a.workers:
-            cmd[3:3] = ["-j", str(a.workers)]
+            cmd[6:6] = ["-j", str(a.workers)]
         t0 = time.monotonic()
         r = harness.run(cmd, timeout=7200)
         build = time.monotonic() - t0
         if r.returncode:
             raise RuntimeError(r.stderr.decode())
         size = os.path.getsize(index)
-        rows += [("index build", f"{build:.2f} s ({a.n / build:,.0f} keys/s)"),
+        peak = int(r.stderr.decode().split()[-1])
+        rows += [("index build", f"{build:.2f} s ({a.n / build:,.0f} keys/s)"
+                  f", peak RSS {peak / 1024:.0f} MiB"),
                  ("index size", f"{size:,} bytes ({size / a.n:.1f} per key, "
                   f"names {len(f'img_{0:0{len(str(a.n))}d}_of_{a.n}.jpeg')}"
                   " bytes)")]
@@ -93,8 +121,13 @@ def main():
         rows.append(("start to ready mount (index on disk)",
                      f"median {statistics.median(times) * 1000:.0f} ms of "
                      f"{a.runs} ({', '.join(f'{t*1000:.0f}' for t in times)})"))
-        mount_timed("s3://dset", server.url, index, mnt)
+        opts = "," + a.opts if a.opts else ""
+        mount_timed("s3://dset", server.url, index, mnt, opts)
         pid = daemon_pid(mnt)
+        rows.append(("daemon RSS when ready",
+                     f"{rss_kib(pid) / 1024:.1f} MiB"))
+        drop_caches()
+        slab0 = slab_bytes()
         server.control("POST", "stats/reset")
         w = len(str(a.n))
         picks = random.Random(1).sample(range(a.n), min(10000, a.n))
@@ -106,14 +139,25 @@ def main():
         rows.append((f"stat of {len(picks):,} random files",
                      f"{dt:.2f} s ({len(picks) / dt:,.0f}/s, cold "
                      "lookups), "
-                     f"{reqs} requests reached the server"))
-        t0 = time.monotonic()
-        out = subprocess.run(f"ls -f {mnt}/train | wc -l", shell=True,
-                             capture_output=True, text=True).stdout.strip()
-        rows.append(("ls -f \\| wc -l", f"{out} entries in "
-                     f"{time.monotonic() - t0:.2f} s"))
-        rows.append(("daemon RSS after listing everything",
-                     f"{rss_kib(pid) / 1024:.1f} MiB"))
+                     f"{reqs} requests reached the server; kernel slab "
+                     f"+{(slab_bytes() - slab0) / 2**20:.1f} MiB"))
+        cmds = [("ls -f \\| wc -l", f"ls -f {mnt}/train | wc -l"),
+                ("find -name", f"find {mnt}/train -name 'img_*7_of_*' "
+                 "| wc -l")]
+        if a.du:
+            cmds.append(("du -s", f"du -s {mnt}/train"))
+        for label, c in cmds:
+            drop_caches()
+            s0 = slab_bytes()
+            t0 = time.monotonic()
+            out = subprocess.run(c, shell=True, capture_output=True,
+                                 text=True).stdout.split()[0]
+            dt = time.monotonic() - t0
+            grown = slab_bytes() - s0
+            rows.append((label, f"{out} in {dt:.2f} s; kernel slab "
+                         f"+{grown / 2**20:.1f} MiB ({grown / a.n:.0f} "
+                         f"bytes per entry), daemon RSS "
+                         f"{rss_kib(pid) / 1024:.1f} MiB"))
         subprocess.run(["fusermount3", "-u", mnt], check=True)
     finally:
         if os.path.ismount(mnt):
