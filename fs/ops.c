@@ -235,13 +235,13 @@ static void readdir_common(fuse_req_t req, fuse_ino_t ino, size_t size,
 			e.ino = node_for(fs, idx, child);
 		}
 		full = !dirbuf_add(&db, name, &e, (off_t)next + 2);
-		if (full && plus)
-			forget_one(fs, e.ino, 1);
-		else
+		if (!full)
 			count_op(fs,
 				 plus ? STATS_READDIRPLUS_ENTRIES
 				      : STATS_READDIR_ENTRIES,
 				 1);
+		else if (plus)
+			forget_one(fs, e.ino, 1);
 	}
 	if (!full && (fs->ov || fs->ed)) {
 		g_autofree char *dir_key = index_key(idx, dir);
