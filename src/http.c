@@ -49,6 +49,7 @@
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
 #define MAX_POLL_MS	   1000
+#define UNWATCHED_POLL_MS  10 /* a socket epoll refused: see on_socket() */
 #define EPOLL_BATCH	   64 /* socket events taken per epoll_wait() */
 #define ERROR_BODY_LIMIT   (64u << 10)
 #define LATENCY_RING	   1024	 /* successful attempts kept per endpoint */
@@ -140,7 +141,9 @@ struct loop {
 	GPtrArray *spare_easy; /* easy handles for later attempts */
 	gboolean ramp_blocked;
 	gboolean hedge_blocked;
-	GRand *rand; /* backoff jitter */
+	GRand *rand;	       /* backoff jitter */
+	GHashTable *unwatched; /* sockets epoll refused: polled by hand */
+	GPtrArray *add_failed; /* attempts curl_multi_add_handle() refused */
 };
 
 /*
@@ -896,7 +899,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 	if (what == CURL_POLL_REMOVE) {
 		if (socketp)
 			epoll_ctl(l->epfd, EPOLL_CTL_DEL, fd, NULL);
-		curl_multi_assign(l->multi, fd, NULL);
+		g_hash_table_remove(l->unwatched, GINT_TO_POINTER(fd));
 		return 0;
 	}
 	ev.events = ((what & CURL_POLL_IN) ? EPOLLIN : 0) |
@@ -906,12 +909,20 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 		if ((errno == EEXIST || errno == ENOENT) &&
 		    epoll_ctl(l->epfd, op, fd, &ev) == 0)
 			goto added;
-		/* curl times the transfer out; the error says why. */
-		log_msg(LOG_LEVEL_WARNING, "epoll_ctl of socket %d: %s", fd,
-			g_strerror(errno));
-		return -1;
+		/*
+		 * Not -1: that would kill the whole multi handle.  The socket
+		 * is handed to curl at every turn of the loop instead, which
+		 * turns at least every UNWATCHED_POLL_MS while it lasts.
+		 */
+		log_msg(LOG_LEVEL_WARNING,
+			"epoll_ctl of socket %d: %s (polled every %d ms "
+			"instead)",
+			fd, g_strerror(errno), UNWATCHED_POLL_MS);
+		g_hash_table_add(l->unwatched, GINT_TO_POINTER(fd));
+		return 0;
 	}
 added:
+	g_hash_table_remove(l->unwatched, GINT_TO_POINTER(fd));
 	if (!socketp)
 		curl_multi_assign(l->multi, fd, l);
 	return 0;
@@ -1182,13 +1193,21 @@ static void unbook(struct loop *l, struct endpoint *ep, gboolean probe)
 static void attempt_register(struct loop *l, struct attempt *a)
 {
 	struct http_request *req = a->req;
+	CURLMcode mc;
 
 	req->running[a->hedge] = a;
 	if (!a->hedge && hedgeable(l->http, req)) {
 		a->hedge_link.data = a;
 		g_queue_push_tail_link(&l->hedge_wait, &a->hedge_link);
 	}
-	curl_multi_add_handle(l->multi, a->easy);
+	mc = curl_multi_add_handle(l->multi, a->easy);
+	if (mc != CURLM_OK) {
+		/* Ends in reap(), with the reason, like any failed transfer. */
+		g_snprintf(a->errbuf, CURL_ERROR_SIZE,
+			   "curl_multi_add_handle: %s",
+			   curl_multi_strerror(mc));
+		g_ptr_array_add(l->add_failed, a);
+	}
 }
 
 /*
@@ -1926,6 +1945,9 @@ static void reap(struct loop *l)
 	CURLMsg *msg;
 	int left;
 
+	while (l->add_failed->len > 0)
+		attempt_done(l, g_ptr_array_steal_index(l->add_failed, 0),
+			     CURLE_FAILED_INIT);
 	while ((msg = curl_multi_info_read(l->multi, &left))) {
 		struct attempt *a = NULL;
 
@@ -1954,6 +1976,10 @@ static int poll_timeout_ms(struct loop *l)
 	curl_multi_timeout(l->multi, &curl_ms);
 	if (curl_ms >= 0 && curl_ms < ms)
 		ms = curl_ms;
+	if (g_hash_table_size(l->unwatched) > 0)
+		ms = MIN(ms, UNWATCHED_POLL_MS);
+	if (l->add_failed->len > 0)
+		ms = 0;
 	if (next)
 		ms = MIN(ms, until(next->due_us, now));
 	if (!l->ramp_blocked && (!hedge || l->hedge_blocked))
@@ -1998,6 +2024,7 @@ static void loop_cancel_all(struct loop *l)
 
 	g_queue_clear(&l->ready);
 	g_queue_clear(&l->waiting);
+	g_ptr_array_set_size(l->add_failed, 0); /* cancelled with their own */
 	g_hash_table_iter_init(&it, l->live);
 	while (g_hash_table_iter_next(&it, &key, NULL))
 		g_ptr_array_add(all, key);
@@ -2041,7 +2068,8 @@ static void cancel_untaken(struct http *http)
 
 /*
  * Wakes @l's thread, once however many submitters call it before the
- * thread takes its work: the flag is cleared before take_work() looks.
+ * thread takes its work: the flag is cleared (loop_woken()) before
+ * take_work() looks.
  */
 static void loop_wake(struct loop *l)
 {
@@ -2053,20 +2081,38 @@ static void loop_wake(struct loop *l)
 		;
 }
 
+/*
+ * Drains the eventfd, then clears the flag: a submitter whose wake-up was
+ * skipped in between queued its work before the clear, and take_work()
+ * runs after it.  The other order could leave the flag set with nothing
+ * to read, and every later wake-up skipped.
+ */
 static void loop_woken(struct loop *l)
 {
 	guint64 n;
 
-	g_atomic_int_set(&l->wake_armed, 0);
 	while (read(l->wake_fd, &n, sizeof(n)) < 0 && errno == EINTR)
 		;
+	g_atomic_int_set(&l->wake_armed, 0);
+}
+
+static void socket_action(struct loop *l, curl_socket_t fd, int what)
+{
+	CURLMcode mc;
+	int running;
+
+	mc = curl_multi_socket_action(l->multi, fd, what, &running);
+	if (mc != CURLM_OK && mc != CURLM_BAD_SOCKET)
+		log_msg(LOG_LEVEL_WARNING, "curl_multi_socket_action: %s",
+			curl_multi_strerror(mc));
 }
 
 /* Hands curl the sockets that are ready, then its timers that are due. */
 static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 {
 	long ms = -1;
-	int i, running;
+	guint j, nfd;
+	int i;
 
 	for (i = 0; i < n; i++) {
 		int what = 0;
@@ -2081,15 +2127,22 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 			what |= CURL_CSELECT_OUT;
 		if (ev[i].events & EPOLLERR)
 			what |= CURL_CSELECT_ERR;
-		curl_multi_socket_action(l->multi, ev[i].data.fd, what,
-					 &running);
+		socket_action(l, ev[i].data.fd, what);
+	}
+	if (g_hash_table_size(l->unwatched) > 0) {
+		/* A copy: curl's callbacks change the set. */
+		g_autofree gpointer *fds =
+			g_hash_table_get_keys_as_array(l->unwatched, &nfd);
+
+		for (j = 0; j < nfd; j++)
+			socket_action(l, GPOINTER_TO_INT(fds[j]),
+				      CURL_CSELECT_IN | CURL_CSELECT_OUT);
 	}
 	/* curl_multi_timeout() says 0 only once a timer has expired (it
 	 * rounds up), and is asked afresh each time, so none is lost. */
 	curl_multi_timeout(l->multi, &ms);
 	if (ms == 0)
-		curl_multi_socket_action(l->multi, CURL_SOCKET_TIMEOUT, 0,
-					 &running);
+		socket_action(l, CURL_SOCKET_TIMEOUT, 0);
 }
 
 static gpointer event_thread(gpointer data)
@@ -2110,6 +2163,9 @@ static gpointer event_thread(gpointer data)
 		/* Fills the slots reap() freed before sleeping. */
 		schedule(l);
 		n = epoll_wait(l->epfd, ev, EPOLL_BATCH, poll_timeout_ms(l));
+		if (n < 0 && errno != EINTR)
+			g_error("epoll_wait of HTTP event thread %u: %s",
+				l->index, g_strerror(errno));
 		dispatch(l, ev, MAX(n, 0));
 		reap(l);
 	}
@@ -2178,6 +2234,8 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	l->spare_easy = g_ptr_array_new_with_free_func(
 		(GDestroyNotify)curl_easy_cleanup);
 	l->rand = g_rand_new();
+	l->unwatched = g_hash_table_new(NULL, NULL);
+	l->add_failed = g_ptr_array_new();
 	l->multi = curl_multi_init();
 	if (!l->multi) {
 		g_set_error(error, BFS_ERROR, EIO, "curl_multi_init failed");
@@ -2335,8 +2393,8 @@ void http_shutdown(struct http *http)
 static void loop_clear(struct loop *l)
 {
 	g_clear_pointer(&l->spare_easy, g_ptr_array_unref);
-	/* Closes the idle connections, through on_close_socket() (and
-	 * on_socket(), so the epoll set goes after it). */
+	/* Closes the idle connections, through on_close_socket(); the
+	 * epoll set goes after it. */
 	g_clear_pointer(&l->multi, curl_multi_cleanup);
 	if (l->http && l->epfd >= 0)
 		close(l->epfd);
@@ -2345,6 +2403,8 @@ static void loop_clear(struct loop *l)
 	l->epfd = l->wake_fd = -1;
 	g_clear_pointer(&l->live, g_hash_table_unref);
 	g_clear_pointer(&l->rand, g_rand_free);
+	g_clear_pointer(&l->unwatched, g_hash_table_unref);
+	g_clear_pointer(&l->add_failed, g_ptr_array_unref);
 	g_clear_pointer(&l->lanes, g_free);
 }
 

@@ -54,7 +54,11 @@ FILES = 2048
 SIZE = 8192
 NOFILE = 1024
 MAX_CONNECTIONS = NOFILE // 2       # what bucketfs budgets under that limit
-FD_ALLOWANCE = 64                   # /dev/fuse, event fds, logs, index
+# /dev/fuse, logs, the index; and each HTTP event thread's epoll set,
+# eventfd and curl's own socket pair (src/http.h), as many threads as
+# http_default_event_threads() starts on this host.
+EVENT_THREADS = min(max((os.cpu_count() or 1) // 4, 2), 16)
+FD_ALLOWANCE = 64 + 4 * EVENT_THREADS
 FAULTS = [
     {"op": "GET", "kind": "status", "status": 503, "code": "SlowDown",
      "message": "Please reduce your request rate.", "probability": 0.025},
