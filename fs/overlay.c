@@ -640,6 +640,38 @@ void overlay_discard(struct ov_file *f)
 	overlay_release(f);
 }
 
+void overlay_stop(struct ov_file *f)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	struct upload *up;
+	gboolean pending;
+
+	if (!f->writable) {
+		overlay_release(f);
+		return;
+	}
+	g_mutex_lock(&n->wlock);
+	up = g_steal_pointer(&n->up);
+	g_mutex_lock(&ov->lock);
+	pending = up || (n->version != n->uploaded && !n->removed);
+	g_mutex_unlock(&ov->lock);
+	if (pending) {
+		g_autofree char *k = log_escape(n->key, -1);
+		g_autoptr(GError) why =
+			g_error_new(BFS_ERROR, ECANCELED,
+				    "the daemon stopped mid-file (%s)",
+				    up ? "upload aborted" : "nothing uploaded");
+
+		log_error(LOG_LEVEL_ERR, why, "'%s' not on S3", k);
+		if (up)
+			upload_abort(up, why);
+	}
+	g_mutex_unlock(&n->wlock);
+	/* Half-written: nothing of it goes up now. */
+	overlay_discard(f);
+}
+
 void overlay_release(struct ov_file *f)
 {
 	struct overlay *ov = f->ov;

@@ -136,6 +136,13 @@ gboolean overlay_flush(struct ov_file *f, GError **error);
 /* Closes without uploading: the open never reached the caller. */
 void overlay_discard(struct ov_file *f);
 
+/*
+ * Closes at the daemon's stop: a file still open for writing is half
+ * written, so nothing of it is uploaded (its multipart upload is
+ * aborted), and the log says so.
+ */
+void overlay_stop(struct ov_file *f);
+
 /* Closes; uploads first if still dirty and no upload through this handle
  * failed yet (the error is logged). */
 void overlay_release(struct ov_file *f);

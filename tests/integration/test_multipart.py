@@ -220,6 +220,37 @@ class TestServerMultipart(MultipartCase):
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIsNone(s3_get(s, self.bucket, "ckpt/dead.pt"))
 
+    def test_stopped_daemon_uploads_nothing_half_written(self):
+        m = self.mount("stopped")
+        s = self.signer()
+        big = os.open(m.path("half.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(big, os.urandom(PART + MiB))
+        small = os.open(m.path("half.small"), os.O_CREAT | os.O_WRONLY,
+                        0o644)
+        os.write(small, b"x" * 1000)
+        deadline = time.monotonic() + 60
+        while not uploads(s, self.bucket) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual([k for k, _ in uploads(s, self.bucket)],
+                         ["half.pt"])
+        m.proc.send_signal(signal.SIGTERM)
+        m.proc.wait(timeout=120)
+        for fd in (big, small):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # ENOTCONN: the daemon is gone
+        subprocess.run(["fusermount3", "-uz", m.dir])
+        self.assertEqual(uploads(s, self.bucket), [])
+        for k in ("half.pt", "half.small"):
+            self.assertTrue(s3_get(s, self.bucket, k) is None,
+                            f"{k}: half-written, yet on S3")
+        out = m.output()
+        self.assertIn("'half.pt' not on S3: the daemon stopped mid-file "
+                      "(upload aborted)", out)
+        self.assertIn("'half.small' not on S3: the daemon stopped mid-file",
+                      out)
+
 
 if __name__ == "__main__":
     unittest.main(verbosity=2)
