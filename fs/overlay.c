@@ -562,6 +562,18 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 
 static gboolean flush_put(struct ov_file *f, GError **error);
 
+void overlay_set_owner(struct ov_file *f, guint pid)
+{
+	f->owner = pid;
+}
+
+gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
+{
+	if (!f->writable || !f->owner || pid == f->owner)
+		return overlay_flush(f, error);
+	return TRUE;
+}
+
 gboolean overlay_flush(struct ov_file *f, GError **error)
 {
 	struct onode *n = f->n;

@@ -133,6 +133,20 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
  */
 gboolean overlay_flush(struct ov_file *f, GError **error);
 
+/*
+ * The process that opened @f: only its close() (FLUSH) completes the
+ * upload.  Every close() of a descriptor sharing the open file sends a
+ * FLUSH: a forked child's exit must not publish the file half written.
+ */
+void overlay_set_owner(struct ov_file *f, guint pid);
+
+/*
+ * A close() by process @pid: overlay_flush() if @pid opened @f (or @f
+ * is read-only); otherwise nothing is uploaded and any earlier failure
+ * is returned.  overlay_release() uploads what is still pending.
+ */
+gboolean overlay_close(struct ov_file *f, guint pid, GError **error);
+
 /* Closes without uploading: the open never reached the caller. */
 void overlay_discard(struct ov_file *f);
 

@@ -60,6 +60,7 @@ struct ov_file {
 	struct onode *n;
 	gboolean writable;
 	gboolean failed; /* an upload failed: close() said so */
+	guint owner;	 /* the process that opened it (0: any) */
 };
 
 /* Remembers the first failed write of @n, so that close() fails too.

@@ -163,6 +163,23 @@ void readdir_overlay(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
 	fuse_reply_buf(db->req, db->buf, db->used);
 }
 
+/*
+ * The process (thread group) of @req's caller: FUSE passes the thread,
+ * and a file opened by one thread may be closed by another.
+ */
+static guint req_process(fuse_req_t req)
+{
+	guint tid = (guint)fuse_req_ctx(req)->pid;
+	g_autofree char *path = g_strdup_printf("/proc/%u/status", tid);
+	g_autofree char *text = NULL;
+	const char *p;
+
+	if (!g_file_get_contents(path, &text, NULL, NULL))
+		return tid;
+	p = strstr(text, "\nTgid:");
+	return p ? (guint)g_ascii_strtoull(p + 6, NULL, 10) : tid;
+}
+
 /* A handle on an overlay file: always direct, always flushed at close. */
 static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 			  const char *key, struct fuse_file_info *fi,
@@ -171,6 +188,7 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 	struct handle *h = handle_new(fs, g_strdup(key));
 
 	h->of = of;
+	overlay_set_owner(of, req_process(req));
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
@@ -245,14 +263,14 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 }
 
 /* close(): a written overlay file is uploaded here, so close() says how
- * the upload went. */
+ * the upload went; only the opener's close does it (overlay_close()). */
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
 	g_autoptr(GError) error = NULL;
 
 	(void)ino;
-	if (h->of && !overlay_flush(h->of, &error))
+	if (h->of && !overlay_close(h->of, req_process(req), &error))
 		reply_ov_error(req, error, "close", h->key);
 	else
 		fuse_reply_err(req, 0);

@@ -220,6 +220,26 @@ class TestServerMultipart(MultipartCase):
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIsNone(s3_get(s, self.bucket, "ckpt/dead.pt"))
 
+    def test_only_the_opener_closing_completes(self):
+        m = self.mount("forked")
+        data = os.urandom(PART * 2 + MiB)
+        fd = os.open(m.path("forked.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, data[:PART + MiB])
+        pid = os.fork()
+        if pid == 0:  # as a worker forked mid-write: closes, exits
+            os.close(fd)
+            os._exit(0)
+        try:
+            self.assertEqual(os.waitpid(pid, 0)[1], 0)
+            for off in range(PART + MiB, len(data), MiB):
+                os.write(fd, data[off:off + MiB])
+        finally:
+            os.close(fd)
+        s = self.signer()
+        got = s3_get(s, self.bucket, "forked.pt")
+        self.assertTrue(got == data, "forked.pt: the bytes on S3 differ")
+        self.assertEqual(uploads(s, self.bucket), [])
+
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
         s = self.signer()
