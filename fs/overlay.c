@@ -301,6 +301,10 @@ gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error)
 		n = g_hash_table_lookup(ov->by_key, key);
 	}
 	known = n && !n->removed && !n->is_dir;
+	/* Still written: gone now, so its close uploads nothing (it would
+	 * bring the object back after the DELETE). */
+	if (known && n->writers)
+		node_unname(ov, n);
 	g_mutex_unlock(&ov->lock);
 	if (!known) {
 		g_set_error(error, BFS_ERROR, EPERM,

@@ -121,6 +121,34 @@ static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
 	return FALSE;
 }
 
+/*
+ * Whether @n was unlinked while written: then nothing of it goes up, its
+ * upload (if any) is aborted, the log says so.  Writing to an unlinked
+ * file is fine; it just never becomes visible.  Under n->wlock and
+ * ov->lock, which it may drop and take again.
+ */
+static gboolean stream_unlinked(struct overlay *ov, struct onode *n)
+{
+	struct upload *up;
+	g_autoptr(GError) why = NULL;
+
+	if (!n->removed)
+		return FALSE;
+	up = g_steal_pointer(&n->up);
+	if (n->data)
+		g_byte_array_set_size(n->data, 0);
+	if (up) {
+		g_mutex_unlock(&ov->lock);
+		why = g_error_new(BFS_ERROR, ENOENT,
+				  "'%s' was unlinked while written: not "
+				  "uploaded",
+				  n->key);
+		upload_abort(up, why);
+		g_mutex_lock(&ov->lock);
+	}
+	return TRUE;
+}
+
 /* A write of a file made here: buffered, and sent part by part. */
 gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 			 gsize size, GError **error)
@@ -133,6 +161,11 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 
 	g_mutex_lock(&n->wlock);
 	g_mutex_lock(&ov->lock);
+	if (stream_unlinked(ov, n)) {
+		g_mutex_unlock(&ov->lock);
+		g_mutex_unlock(&n->wlock);
+		return TRUE;
+	}
 	why = stream_refuses(n, off, ps);
 	if (why) {
 		if (!n->broken && !n->sealed)
@@ -161,7 +194,7 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
-	struct upload *up = g_steal_pointer(&n->up);
+	struct upload *up;
 	g_autoptr(GBytes) last = NULL;
 	g_autoptr(GError) err = NULL;
 	g_autofree char *etag = NULL;
@@ -169,6 +202,11 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 	gboolean ok;
 
 	g_mutex_lock(&ov->lock);
+	if (stream_unlinked(ov, n)) {
+		g_mutex_unlock(&ov->lock);
+		return TRUE;
+	}
+	up = g_steal_pointer(&n->up);
 	if (n->broken) {
 		err = g_error_new(BFS_ERROR, bfs_error_errno(n->broken),
 				  "'%s' not uploaded: an earlier write "

@@ -240,6 +240,24 @@ class TestServerMultipart(MultipartCase):
         self.assertTrue(got == data, "forked.pt: the bytes on S3 differ")
         self.assertEqual(uploads(s, self.bucket), [])
 
+    def test_unlinked_while_written_stays_gone(self):
+        m = self.mount("unlinked")
+        s = self.signer()
+        for name, size in (("gone.pt", PART + MiB), ("gone.small", MiB)):
+            fd = os.open(m.path(name), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, os.urandom(size))
+                os.unlink(m.path(name))
+                os.write(fd, os.urandom(PART))  # fine, never visible
+            finally:
+                os.close(fd)  # succeeds: nothing to upload
+            self.assertFalse(os.path.exists(m.path(name)))
+            self.assertTrue(s3_get(s, self.bucket, name) is None,
+                            f"{name}: unlinked, yet on S3")
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertIn("'gone.pt' was unlinked while written: not uploaded",
+                      m.output())
+
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
         s = self.signer()
