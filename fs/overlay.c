@@ -408,7 +408,9 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 		g_set_error(error, BFS_ERROR, EISDIR, "a directory");
 		return NULL;
 	}
-	if (n->streamable && (n->base || (writable && n->writers))) {
+	/* Written now: parts of it are on S3 already (base), or it would
+	 * get a second writer. */
+	if (n->streamable && n->writers && (n->base || writable)) {
 		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, EBUSY,
 			    "'%s' is being written as a multipart upload: "
@@ -706,6 +708,10 @@ void overlay_release(struct ov_file *f)
 	n->opens--;
 	if (f->writable)
 		n->writers--;
+	/* The last writer gone, completed or failed, nothing of it is
+	 * streaming any more: the name can be opened again. */
+	if (!n->writers)
+		n->base = 0;
 	if (!n->opens && f->failed && n->version != n->uploaded) {
 		/* What S3 has is the truth: a name never uploaded goes, an
 		 * older upload is looked up again. */

@@ -185,6 +185,17 @@ class TestServerMultipart(MultipartCase):
         self.assertIn("CompleteMultipartUpload s3://ckpt/never.pt", out)
         self.assertIn("InvalidPart", out)
         self.assertIn("multipart upload of 'never.pt' aborted", out)
+        # A name uploaded before, its next upload refused: the name is not
+        # stuck, it can be written again.
+        self.check_round_trip(m, "again.pt", os.urandom(MiB))
+        self.server.faults([{"op": "COMPLETE", "kind": "status",
+                             "status": 400, "code": "InvalidPart"}])
+        try:
+            with self.assertRaises(OSError):
+                write_mib(m.path("again.pt"), os.urandom(PART * 2))
+        finally:
+            self.server.clear_faults()
+        self.check_round_trip(m, "again.pt", os.urandom(PART + MiB))
 
     def test_killed_daemon_leaves_an_upload_to_abort(self):
         m = self.mount("killed")
