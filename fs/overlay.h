@@ -122,6 +122,14 @@ gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		       gsize size, GError **error);
 
+/*
+ * Sets the size of @f's file through @f itself (ftruncate): uploaded at
+ * its close like any write.  A streamed file's size can change only
+ * while none of it is on S3 (under a part, not completed); setting the
+ * size it has is always fine.  EINVAL (EBADF once completed) otherwise.
+ */
+gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error);
+
 /* Sets the size of node @node (open or not; EISDIR for a directory). */
 gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 			  GError **error);

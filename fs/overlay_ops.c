@@ -324,19 +324,22 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi)
 {
 	struct fs *fs = data(req);
+	struct handle *h = fi ? (struct handle *)(uintptr_t)fi->fh : NULL;
 	g_autoptr(GError) error = NULL;
+	guint64 size = (guint64)attr->st_size;
 	struct ov_attr a;
 	struct stat st;
 
-	(void)fi;
 	if (!fs->ov || !is_overlay(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/* Modes, owners and times are not stored: accepted, unchanged. */
+	/* Modes, owners and times are not stored: accepted, unchanged.
+	 * ftruncate() goes through its own handle, the writer's. */
 	if ((to_set & FUSE_SET_ATTR_SIZE) &&
-	    !overlay_truncate(fs->ov, ino & ID_MASK, (guint64)attr->st_size,
-			      &error)) {
+	    !(h && h->of ? overlay_ftruncate(h->of, size, &error)
+			 : overlay_truncate(fs->ov, ino & ID_MASK, size,
+					    &error))) {
 		g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
 
 		reply_ov_error(req, error, "truncate", key ? key : "?");

@@ -269,6 +269,37 @@ class TestServerMultipart(MultipartCase):
         self.assertIn("'gone.pt' was unlinked while written: not uploaded",
                       m.output())
 
+    def test_ftruncate_by_the_writer(self):
+        m = self.mount("ftruncate")
+        s = self.signer()
+        data = os.urandom(1024)
+        fd = os.open(m.path("cut.bin"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, data)
+            os.ftruncate(fd, 512)
+            os.ftruncate(fd, 512)  # the size it has
+        finally:
+            os.close(fd)
+        self.assertTrue(s3_get(s, self.bucket, "cut.bin") == data[:512])
+        with open(m.path("py.bin"), "wb") as f:  # Python's f.truncate()
+            f.write(data)
+            f.seek(100)
+            f.truncate()
+        self.assertTrue(s3_get(s, self.bucket, "py.bin") == data[:100])
+        # Streamed: its size stays once a part is on S3.
+        big = os.urandom(PART + MiB)
+        fd = os.open(m.path("cut.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, big)
+            os.ftruncate(fd, len(big))
+            with self.assertRaises(OSError) as cm:
+                os.ftruncate(fd, MiB)
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+        finally:
+            os.close(fd)
+        self.assertTrue(s3_get(s, self.bucket, "cut.pt") == big)
+        self.assertIn("truncate 'cut.pt'", m.output())
+
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
         s = self.signer()
