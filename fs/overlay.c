@@ -501,8 +501,13 @@ void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error)
 	g_mutex_unlock(&ov->lock);
 }
 
+void overlay_wake(struct overlay *ov)
+{
+	uploader_wake(ov->up);
+}
+
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
-		       gsize size, GError **error)
+		       gsize size, const gint *stop, GError **error)
 {
 	struct onode *n = f->n;
 
@@ -513,7 +518,7 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 	g_mutex_lock(&f->ov->lock);
 	if (n->streamable) {
 		g_mutex_unlock(&f->ov->lock);
-		return ov_stream_write(f, off, buf, size, error);
+		return ov_stream_write(f, off, buf, size, stop, error);
 	}
 	g_mutex_unlock(&f->ov->lock);
 	if (off + size > f->ov->write_max || off + size < off) {

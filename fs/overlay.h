@@ -114,13 +114,21 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
 
 /*
- * Writes; EFBIG past write_max, EBADF on a read-only handle.  After a
+ * Writes; EFBIG past write_max, EBADF on a read-only handle, EINTR when
+ * *@stop (may be NULL) was set while it waited (overlay_wake()).  After a
  * failed write the file is never uploaded: every later flush fails with
  * that write's errno and cause, until the file is emptied (O_TRUNC,
  * create) again.
  */
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
-		       gsize size, GError **error);
+		       gsize size, const gint *stop, GError **error);
+
+/*
+ * A write waiting for a part slot gives up, with EINTR, once its *@stop
+ * is set and this is called; its file is then broken (its bytes were not
+ * all taken), so close() fails and uploads nothing.  Any thread.
+ */
+void overlay_wake(struct overlay *ov);
 
 /*
  * Sets the size of @f's file through @f itself (ftruncate): uploaded at

@@ -245,18 +245,53 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		reply_ov_open(req, fs, of, key, fi, NULL);
 }
 
+/* A write that may wait for a part slot, and the signal that ends it. */
+struct write_call {
+	struct overlay *ov;
+	gint stop; /* atomic */
+};
+
+/*
+ * The kernel passes on a signal the writer caught (FUSE INTERRUPT): the
+ * wait ends, and op_write() answers EINTR.  libfuse calls this under the
+ * request's lock; op_write() clears the hook (that lock) before replying.
+ */
+static void write_interrupted(fuse_req_t req, void *data)
+{
+	struct write_call *wc = data;
+
+	(void)req;
+	if (interrupt_deferred())
+		return;
+	g_atomic_int_set(&wc->stop, 1);
+	overlay_wake(wc->ov);
+}
+
 void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	      off_t off, struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct write_call wc = { .ov = data(req)->ov };
 	g_autoptr(GError) error = NULL;
+	gboolean ok;
 
 	(void)ino;
-	if (!h->of)
+	if (!h->of) {
 		fuse_reply_err(req, EROFS);
-	else if (off < 0)
+		return;
+	}
+	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
-	else if (!overlay_write(h->of, (guint64)off, buf, size, &error))
+		return;
+	}
+	if (interrupt_hook(req, write_interrupted, &wc)) {
+		fuse_reply_err(req, EINTR); /* nothing taken */
+		return;
+	}
+	ok = overlay_write(h->of, (guint64)off, buf, size, &wc.stop, &error);
+	/* Returns once a running write_interrupted() has. */
+	fuse_req_interrupt_func(req, NULL, NULL);
+	if (!ok)
 		reply_ov_error(req, error, "write", h->key);
 	else
 		fuse_reply_write(req, size);

@@ -103,20 +103,31 @@ static GError *stream_refuses(struct onode *n, guint64 off, guint64 ps)
 }
 
 /* Sends @part, starting the upload first if need be; on failure the
- * upload is aborted.  Under n->wlock. */
+ * upload is aborted (after an interrupt, at close: the write returns at
+ * once, without waiting for the parts in flight).  Under n->wlock. */
 static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
-			  GError **error)
+			  const gint *stop, GError **error)
 {
 	g_autoptr(GError) err = NULL;
 
 	if (!n->up)
 		n->up = upload_start(ov->up, n->key, &err);
-	if (n->up && upload_part(n->up, part, &err))
+	if (n->up && upload_part(n->up, part, stop, &err))
 		return TRUE;
-	if (n->up)
-		upload_abort(g_steal_pointer(&n->up), err);
 	g_prefix_error(&err, "multipart upload: ");
-	ov_mark_broken(ov, n, err);
+	if (bfs_error_errno(err) == EINTR) {
+		/* The write says EINTR; later ones must not, or a writer
+		 * that retries on EINTR would retry for ever. */
+		g_autoptr(GError) lost = g_error_new(
+			BFS_ERROR, EIO, "a write was interrupted: %s",
+			err->message);
+
+		ov_mark_broken(ov, n, lost);
+	} else {
+		if (n->up)
+			upload_abort(g_steal_pointer(&n->up), err);
+		ov_mark_broken(ov, n, err);
+	}
 	g_propagate_error(error, g_steal_pointer(&err));
 	return FALSE;
 }
@@ -151,7 +162,7 @@ static gboolean stream_unlinked(struct overlay *ov, struct onode *n)
 
 /* A write of a file made here: buffered, and sent part by part. */
 gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
-			 gsize size, GError **error)
+			 gsize size, const gint *stop, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
@@ -180,7 +191,7 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 		g_autoptr(GBytes) part = cut_part(n, ps);
 
 		g_mutex_unlock(&ov->lock);
-		ok = send_part(ov, n, part, error);
+		ok = send_part(ov, n, part, stop, error);
 		g_mutex_lock(&ov->lock);
 	}
 	g_mutex_unlock(&ov->lock);

@@ -95,14 +95,35 @@ static void part_done(const char *etag, const GError *error, void *user)
 	g_free(p);
 }
 
-gboolean upload_part(struct upload *u, GBytes *part, GError **error)
+void uploader_wake(struct uploader *up)
+{
+	g_mutex_lock(&up->lock);
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+}
+
+static gboolean stopped(const gint *stop)
+{
+	return stop && g_atomic_int_get(stop);
+}
+
+gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
+		     GError **error)
 {
 	struct uploader *up = u->up;
 	struct part *p;
 
 	g_mutex_lock(&up->lock);
-	while (up->inflight >= up->parts_max && !u->error)
+	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
 		g_cond_wait(&up->cond, &up->lock);
+	if (!u->error && up->inflight >= up->parts_max) {
+		g_mutex_unlock(&up->lock);
+		g_set_error(error, BFS_ERROR, EINTR,
+			    "interrupted while waiting for a part slot "
+			    "(write_parts=%u in flight)",
+			    up->parts_max);
+		return FALSE;
+	}
 	if (u->error) {
 		g_propagate_prefixed_error(error, g_error_copy(u->error),
 					   "an earlier part failed: ");
@@ -194,7 +215,8 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 	g_autoptr(GError) err = NULL;
 	gboolean ok;
 
-	if (last && g_bytes_get_size(last) > 0 && !upload_part(u, last, &err)) {
+	if (last && g_bytes_get_size(last) > 0 &&
+	    !upload_part(u, last, NULL, &err)) {
 		upload_abort(u, err);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;

@@ -8,6 +8,7 @@ reset is retried; a failing Complete fails close() and leaves no object
 and no upload; a daemon killed mid-file leaves an upload that
 `bucketfs-index uploads` lists and aborts."""
 
+import ctypes
 import errno
 import os
 import signal
@@ -299,6 +300,46 @@ class TestServerMultipart(MultipartCase):
             os.close(fd)
         self.assertTrue(s3_get(s, self.bucket, "cut.pt") == big)
         self.assertIn("truncate 'cut.pt'", m.output())
+
+    def test_interrupted_wait_for_a_slot(self):
+        m = self.mount("interrupted")
+        libc = ctypes.CDLL(None, use_errno=True)
+        chunk = ctypes.create_string_buffer(os.urandom(MiB), MiB)
+        # Both slots taken by slow parts: the third part's write waits,
+        # until a signal the writer catches ends it (FUSE INTERRUPT).
+        # write(2) itself, not os.write(), which would retry on EINTR.
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 3, "count": 2}])
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        fd = os.open(m.path("intr.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, os.urandom(2 * PART))  # both slots
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            for _ in range(PART // MiB):
+                rc = libc.write(fd, chunk, ctypes.c_size_t(MiB))
+                if rc != MiB:
+                    break
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            # Ended: EINTR, or short if the kernel's first pieces of it
+            # were taken.
+            self.assertTrue(rc == -1 and err == errno.EINTR or
+                            0 <= rc < MiB, (rc, err))
+            with self.assertRaises(OSError) as cm:
+                closing, fd = fd, -1
+                os.close(closing)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            self.server.clear_faults()
+        s = self.signer()
+        self.assertTrue(s3_get(s, self.bucket, "intr.pt") is None)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertIn("interrupted while waiting for a part slot",
+                      m.output())
 
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
