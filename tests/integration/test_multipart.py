@@ -165,6 +165,13 @@ class TestServerMultipart(MultipartCase):
             self.check_round_trip(m, "retried.pt", os.urandom(PART * 3))
             rules = self.server.control("GET", "faults")["rules"]
             self.assertEqual([r["hits"] for r in rules], [2, 1])
+            # A Complete done but its answer lost: the retry finds no
+            # upload, and the object there with this upload's ETag.
+            self.server.faults([{"op": "COMPLETE", "kind": "reset",
+                                 "count": 1}])
+            self.check_round_trip(m, "lost.pt", os.urandom(PART * 2))
+            rules = self.server.control("GET", "faults")["rules"]
+            self.assertEqual([r["hits"] for r in rules], [1])
         finally:
             self.server.clear_faults()
 
