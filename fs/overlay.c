@@ -747,7 +747,7 @@ void overlay_stop(struct ov_file *f)
 
 		log_error(LOG_LEVEL_ERR, why, "'%s' not on S3", k);
 		if (up)
-			upload_abort(up, why);
+			upload_abort(up, NULL);
 	}
 	g_mutex_unlock(&n->wlock);
 	/* Half-written: nothing of it goes up now. */

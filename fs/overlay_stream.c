@@ -55,17 +55,23 @@ static void part_unmap(void *data)
  * and the daemon's RSS would grow past the write_parts bound.  Under
  * ov->lock.
  */
-static GBytes *cut_part(struct onode *n, guint64 ps)
+static GBytes *cut_part(struct onode *n, guint64 ps, GError **error)
 {
 	struct part_map *m = g_new0(struct part_map, 1);
+	int e;
 
 	m->len = ps;
 	m->p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m->p == MAP_FAILED)
-		g_error("overlay: cannot map a part of %" G_GUINT64_FORMAT
-			" bytes",
-			ps);
+	if (m->p == MAP_FAILED) {
+		e = errno;
+		g_free(m);
+		g_set_error(error, BFS_ERROR, ENOMEM,
+			    "cannot map a part of %" G_GUINT64_FORMAT
+			    " bytes: %s",
+			    ps, g_strerror(e));
+		return NULL;
+	}
 	memcpy(m->p, n->data->data, ps);
 	g_byte_array_remove_range(n->data, 0, ps);
 	n->base += ps;
@@ -125,7 +131,7 @@ static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
 		ov_mark_broken(ov, n, lost);
 	} else {
 		if (n->up)
-			upload_abort(g_steal_pointer(&n->up), err);
+			upload_abort(g_steal_pointer(&n->up), NULL);
 		ov_mark_broken(ov, n, err);
 	}
 	g_propagate_error(error, g_steal_pointer(&err));
@@ -188,8 +194,18 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 	}
 	ov_buffer_write(n, off, buf, size);
 	while (ok && n->data->len >= ps) {
-		g_autoptr(GBytes) part = cut_part(n, ps);
+		g_autoptr(GError) err = NULL;
+		g_autoptr(GBytes) part = cut_part(n, ps, &err);
 
+		if (!part) {
+			/* This write fails, its bytes buffered: the file
+			 * is not what the writer was told. */
+			if (!n->broken)
+				n->broken = g_error_copy(err);
+			g_propagate_error(error, g_steal_pointer(&err));
+			ok = FALSE;
+			break;
+		}
 		g_mutex_unlock(&ov->lock);
 		ok = send_part(ov, n, part, stop, error);
 		g_mutex_lock(&ov->lock);
@@ -224,7 +240,7 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 				  "failed: %s",
 				  n->key, n->broken->message);
 		g_mutex_unlock(&ov->lock);
-		upload_abort(up, err);
+		upload_abort(up, NULL);
 		f->failed = TRUE;
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;

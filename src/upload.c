@@ -185,9 +185,14 @@ void upload_abort(struct upload *u, const GError *why)
 			  "multipart upload of '%s' (upload id %s) not aborted "
 			  "(bucketfs-index uploads lists it)",
 			  k, u->id);
-	log_error(LOG_LEVEL_WARNING, why,
-		  "multipart upload of '%s' aborted after %u parts", k,
-		  u->etags->len);
+	if (why)
+		log_error(LOG_LEVEL_WARNING, why,
+			  "multipart upload of '%s' aborted after %u parts", k,
+			  u->etags->len);
+	else
+		log_msg(LOG_LEVEL_WARNING,
+			"multipart upload of '%s' aborted after %u parts", k,
+			u->etags->len);
 	upload_free(u);
 }
 
@@ -283,14 +288,14 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 
 	if (last && g_bytes_get_size(last) > 0 &&
 	    !upload_part(u, last, NULL, &err)) {
-		upload_abort(u, err);
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
 	err = drain(u);
 	if (err) {
 		g_prefix_error(&err, "a part failed: ");
-		upload_abort(u, err);
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
@@ -301,7 +306,7 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 	    completed_anyway(u, size, etag, &err))
 		ok = TRUE;
 	if (!ok) {
-		upload_abort(u, err);
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}

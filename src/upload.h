@@ -65,12 +65,15 @@ void uploader_wake(struct uploader *up);
  * Sends @last (may be NULL or empty: nothing more), waits for every part
  * and completes the upload: the object @key appears, @size bytes, its
  * ETag in *@etag (g_free) if @etag is not NULL.  On failure the upload
- * is aborted (the cause logged) and the error returned.  Frees @u.
+ * is aborted (logged) and the error returned, for the caller to log.  Frees @u.
  */
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 		       char **etag, GError **error);
 
-/* Waits for the parts in flight and aborts, logging @why.  Frees @u. */
+/*
+ * Waits for the parts in flight and aborts, logging that it did, with
+ * @why (NULL: the caller reports the cause).  Frees @u.
+ */
 void upload_abort(struct upload *u, const GError *why);
 
 #endif
