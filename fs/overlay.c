@@ -571,65 +571,6 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 	return ok;
 }
 
-/* Why @n's size cannot become @size, or NULL.  Under ov->lock. */
-static GError *resize_refused(struct overlay *ov, struct onode *n, guint64 size)
-{
-	guint64 ps = uploader_part_size(ov->up);
-
-	if (size == n->size)
-		return NULL;
-	if (!n->streamable && size > ov->write_max)
-		return g_error_new(BFS_ERROR, EFBIG,
-				   "size past write_max (%" G_GUINT64_FORMAT
-				   " bytes)",
-				   ov->write_max);
-	if (!n->streamable)
-		return NULL;
-	if (n->sealed)
-		return g_error_new(BFS_ERROR, EBADF,
-				   "its upload was completed (fsync): its "
-				   "size stays %" G_GUINT64_FORMAT,
-				   n->size);
-	if (n->base || size > ps)
-		return g_error_new(
-			BFS_ERROR, EINVAL,
-			"size %" G_GUINT64_FORMAT " of a file streamed as a "
-			"multipart upload: only under a part "
-			"(%" G_GUINT64_FORMAT " bytes) before any part is sent",
-			size, ps);
-	return NULL;
-}
-
-gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error)
-{
-	struct overlay *ov = f->ov;
-	struct onode *n = f->n;
-	GError *why;
-
-	if (!f->writable)
-		return overlay_truncate(ov, n->node, size, error);
-	g_mutex_lock(&n->wlock);
-	g_mutex_lock(&ov->lock);
-	why = resize_refused(ov, n, size);
-	/* A writable handle has the bytes (a completed one, none: its size
-	 * stays). */
-	if (!why && size != n->size && n->data) {
-		guint64 old = n->data->len;
-
-		g_byte_array_set_size(n->data, size - n->base);
-		if (size - n->base > old)
-			memset(n->data->data + old, 0, size - n->base - old);
-		n->size = size;
-		n->mtime = g_get_real_time() / G_USEC_PER_SEC;
-		n->version++;
-	}
-	g_mutex_unlock(&ov->lock);
-	g_mutex_unlock(&n->wlock);
-	if (why)
-		g_propagate_error(error, why);
-	return !why;
-}
-
 static gboolean flush_put(struct ov_file *f, GError **error);
 
 void overlay_set_owner(struct ov_file *f, guint pid)
