@@ -259,12 +259,13 @@ void fs_stop(struct fs *fs)
 	g_mutex_lock(&fs->lock);
 	open = g_hash_table_get_keys(fs->handles);
 	g_mutex_unlock(&fs->lock);
-	/* Written files still open are uploaded now, or logged as lost. */
+	/* Files still open for writing are half written: not uploaded
+	 * (their uploads aborted), logged as lost. */
 	for (l = open; l; l = l->next) {
 		struct handle *h = l->data;
 
 		if (h->of) {
-			overlay_release(h->of);
+			overlay_stop(h->of);
 			h->of = NULL;
 		}
 	}

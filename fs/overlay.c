@@ -301,6 +301,10 @@ gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error)
 		n = g_hash_table_lookup(ov->by_key, key);
 	}
 	known = n && !n->removed && !n->is_dir;
+	/* Still written: gone now, so its close uploads nothing (it would
+	 * bring the object back after the DELETE). */
+	if (known && n->writers)
+		node_unname(ov, n);
 	g_mutex_unlock(&ov->lock);
 	if (!known) {
 		g_set_error(error, BFS_ERROR, EPERM,
@@ -404,7 +408,9 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 		g_set_error(error, BFS_ERROR, EISDIR, "a directory");
 		return NULL;
 	}
-	if (n->streamable && (n->base || (writable && n->writers))) {
+	/* Written now: parts of it are on S3 already (base), or it would
+	 * get a second writer. */
+	if (n->streamable && n->writers && (n->base || writable)) {
 		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, EBUSY,
 			    "'%s' is being written as a multipart upload: "
@@ -495,8 +501,13 @@ void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error)
 	g_mutex_unlock(&ov->lock);
 }
 
+void overlay_wake(struct overlay *ov)
+{
+	uploader_wake(ov->up);
+}
+
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
-		       gsize size, GError **error)
+		       gsize size, const gint *stop, GError **error)
 {
 	struct onode *n = f->n;
 
@@ -507,7 +518,7 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 	g_mutex_lock(&f->ov->lock);
 	if (n->streamable) {
 		g_mutex_unlock(&f->ov->lock);
-		return ov_stream_write(f, off, buf, size, error);
+		return ov_stream_write(f, off, buf, size, stop, error);
 	}
 	g_mutex_unlock(&f->ov->lock);
 	if (off + size > f->ov->write_max || off + size < off) {
@@ -561,6 +572,18 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 }
 
 static gboolean flush_put(struct ov_file *f, GError **error);
+
+void overlay_set_owner(struct ov_file *f, guint pid)
+{
+	f->owner = pid;
+}
+
+gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
+{
+	if (!f->writable || !f->owner || pid == f->owner)
+		return overlay_flush(f, error);
+	return TRUE;
+}
 
 gboolean overlay_flush(struct ov_file *f, GError **error)
 {
@@ -640,6 +663,38 @@ void overlay_discard(struct ov_file *f)
 	overlay_release(f);
 }
 
+void overlay_stop(struct ov_file *f)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	struct upload *up;
+	gboolean pending;
+
+	if (!f->writable) {
+		overlay_release(f);
+		return;
+	}
+	g_mutex_lock(&n->wlock);
+	up = g_steal_pointer(&n->up);
+	g_mutex_lock(&ov->lock);
+	pending = up || (n->version != n->uploaded && !n->removed);
+	g_mutex_unlock(&ov->lock);
+	if (pending) {
+		g_autofree char *k = log_escape(n->key, -1);
+		g_autoptr(GError) why =
+			g_error_new(BFS_ERROR, ECANCELED,
+				    "the daemon stopped mid-file (%s)",
+				    up ? "upload aborted" : "nothing uploaded");
+
+		log_error(LOG_LEVEL_ERR, why, "'%s' not on S3", k);
+		if (up)
+			upload_abort(up, NULL);
+	}
+	g_mutex_unlock(&n->wlock);
+	/* Half-written: nothing of it goes up now. */
+	overlay_discard(f);
+}
+
 void overlay_release(struct ov_file *f)
 {
 	struct overlay *ov = f->ov;
@@ -658,6 +713,10 @@ void overlay_release(struct ov_file *f)
 	n->opens--;
 	if (f->writable)
 		n->writers--;
+	/* The last writer gone, completed or failed, nothing of it is
+	 * streaming any more: the name can be opened again. */
+	if (!n->writers)
+		n->base = 0;
 	if (!n->opens && f->failed && n->version != n->uploaded) {
 		/* What S3 has is the truth: a name never uploaded goes, an
 		 * older upload is looked up again. */

@@ -114,13 +114,29 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf);
 
 /*
- * Writes; EFBIG past write_max, EBADF on a read-only handle.  After a
+ * Writes; EFBIG past write_max, EBADF on a read-only handle, EINTR when
+ * *@stop (may be NULL) was set while it waited (overlay_wake()).  After a
  * failed write the file is never uploaded: every later flush fails with
  * that write's errno and cause, until the file is emptied (O_TRUNC,
  * create) again.
  */
 gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
-		       gsize size, GError **error);
+		       gsize size, const gint *stop, GError **error);
+
+/*
+ * A write waiting for a part slot gives up, with EINTR, once its *@stop
+ * is set and this is called; its file is then broken (its bytes were not
+ * all taken), so close() fails and uploads nothing.  Any thread.
+ */
+void overlay_wake(struct overlay *ov);
+
+/*
+ * Sets the size of @f's file through @f itself (ftruncate): uploaded at
+ * its close like any write.  A streamed file's size can change only
+ * while none of it is on S3 (under a part, not completed); setting the
+ * size it has is always fine.  EINVAL (EBADF once completed) otherwise.
+ */
+gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error);
 
 /* Sets the size of node @node (open or not; EISDIR for a directory). */
 gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
@@ -133,8 +149,29 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
  */
 gboolean overlay_flush(struct ov_file *f, GError **error);
 
+/*
+ * The process that opened @f: only its close() (FLUSH) completes the
+ * upload.  Every close() of a descriptor sharing the open file sends a
+ * FLUSH: a forked child's exit must not publish the file half written.
+ */
+void overlay_set_owner(struct ov_file *f, guint pid);
+
+/*
+ * A close() by process @pid: overlay_flush() if @pid opened @f (or @f
+ * is read-only); otherwise nothing is uploaded and any earlier failure
+ * is returned.  overlay_release() uploads what is still pending.
+ */
+gboolean overlay_close(struct ov_file *f, guint pid, GError **error);
+
 /* Closes without uploading: the open never reached the caller. */
 void overlay_discard(struct ov_file *f);
+
+/*
+ * Closes at the daemon's stop: a file still open for writing is half
+ * written, so nothing of it is uploaded (its multipart upload is
+ * aborted), and the log says so.
+ */
+void overlay_stop(struct ov_file *f);
 
 /* Closes; uploads first if still dirty and no upload through this handle
  * failed yet (the error is logged). */

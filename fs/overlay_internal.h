@@ -60,6 +60,7 @@ struct ov_file {
 	struct onode *n;
 	gboolean writable;
 	gboolean failed; /* an upload failed: close() said so */
+	guint owner;	 /* the process that opened it (0: any) */
 };
 
 /* Remembers the first failed write of @n, so that close() fails too.
@@ -73,7 +74,7 @@ void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size);
 /* A write of a file made here (n->streamable): buffered, and sent part
  * by part.  Takes n->wlock, then ov->lock. */
 gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
-			 gsize size, GError **error);
+			 gsize size, const gint *stop, GError **error);
 
 /* Completes the streamed upload of @f's file (n->up set) with what is
  * buffered; aborts it after a failed write.  Under n->wlock. */

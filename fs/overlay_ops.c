@@ -163,6 +163,23 @@ void readdir_overlay(struct dirbuf *db, struct fs *fs, fuse_ino_t ino,
 	fuse_reply_buf(db->req, db->buf, db->used);
 }
 
+/*
+ * The process (thread group) of @req's caller: FUSE passes the thread,
+ * and a file opened by one thread may be closed by another.
+ */
+static guint req_process(fuse_req_t req)
+{
+	guint tid = (guint)fuse_req_ctx(req)->pid;
+	g_autofree char *path = g_strdup_printf("/proc/%u/status", tid);
+	g_autofree char *text = NULL;
+	const char *p;
+
+	if (!g_file_get_contents(path, &text, NULL, NULL))
+		return tid;
+	p = strstr(text, "\nTgid:");
+	return p ? (guint)g_ascii_strtoull(p + 6, NULL, 10) : tid;
+}
+
 /* A handle on an overlay file: always direct, always flushed at close. */
 static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 			  const char *key, struct fuse_file_info *fi,
@@ -171,6 +188,7 @@ static void reply_ov_open(fuse_req_t req, struct fs *fs, struct ov_file *of,
 	struct handle *h = handle_new(fs, g_strdup(key));
 
 	h->of = of;
+	overlay_set_owner(of, req_process(req));
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->direct_io = 1;
 	fi->keep_cache = 0;
@@ -227,32 +245,67 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		reply_ov_open(req, fs, of, key, fi, NULL);
 }
 
+/* A write that may wait for a part slot, and the signal that ends it. */
+struct write_call {
+	struct overlay *ov;
+	gint stop; /* atomic */
+};
+
+/*
+ * The kernel passes on a signal the writer caught (FUSE INTERRUPT): the
+ * wait ends, and op_write() answers EINTR.  libfuse calls this under the
+ * request's lock; op_write() clears the hook (that lock) before replying.
+ */
+static void write_interrupted(fuse_req_t req, void *data)
+{
+	struct write_call *wc = data;
+
+	(void)req;
+	if (interrupt_deferred())
+		return;
+	g_atomic_int_set(&wc->stop, 1);
+	overlay_wake(wc->ov);
+}
+
 void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 	      off_t off, struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct write_call wc = { .ov = data(req)->ov };
 	g_autoptr(GError) error = NULL;
+	gboolean ok;
 
 	(void)ino;
-	if (!h->of)
+	if (!h->of) {
 		fuse_reply_err(req, EROFS);
-	else if (off < 0)
+		return;
+	}
+	if (off < 0) {
 		fuse_reply_err(req, EINVAL);
-	else if (!overlay_write(h->of, (guint64)off, buf, size, &error))
+		return;
+	}
+	if (interrupt_hook(req, write_interrupted, &wc)) {
+		fuse_reply_err(req, EINTR); /* nothing taken */
+		return;
+	}
+	ok = overlay_write(h->of, (guint64)off, buf, size, &wc.stop, &error);
+	/* Returns once a running write_interrupted() has. */
+	fuse_req_interrupt_func(req, NULL, NULL);
+	if (!ok)
 		reply_ov_error(req, error, "write", h->key);
 	else
 		fuse_reply_write(req, size);
 }
 
 /* close(): a written overlay file is uploaded here, so close() says how
- * the upload went. */
+ * the upload went; only the opener's close does it (overlay_close()). */
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
 	g_autoptr(GError) error = NULL;
 
 	(void)ino;
-	if (h->of && !overlay_flush(h->of, &error))
+	if (h->of && !overlay_close(h->of, req_process(req), &error))
 		reply_ov_error(req, error, "close", h->key);
 	else
 		fuse_reply_err(req, 0);
@@ -306,19 +359,22 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		struct fuse_file_info *fi)
 {
 	struct fs *fs = data(req);
+	struct handle *h = fi ? (struct handle *)(uintptr_t)fi->fh : NULL;
 	g_autoptr(GError) error = NULL;
+	guint64 size = (guint64)attr->st_size;
 	struct ov_attr a;
 	struct stat st;
 
-	(void)fi;
 	if (!fs->ov || !is_overlay(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
-	/* Modes, owners and times are not stored: accepted, unchanged. */
+	/* Modes, owners and times are not stored: accepted, unchanged.
+	 * ftruncate() goes through its own handle, the writer's. */
 	if ((to_set & FUSE_SET_ATTR_SIZE) &&
-	    !overlay_truncate(fs->ov, ino & ID_MASK, (guint64)attr->st_size,
-			      &error)) {
+	    !(h && h->of ? overlay_ftruncate(h->of, size, &error)
+			 : overlay_truncate(fs->ov, ino & ID_MASK, size,
+					    &error))) {
 		g_autofree char *key = overlay_key(fs->ov, ino & ID_MASK);
 
 		reply_ov_error(req, error, "truncate", key ? key : "?");

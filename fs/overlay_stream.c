@@ -2,7 +2,8 @@
 /*
  * overlay_stream.c - a new file streamed to S3 as it is written: its
  * buffer holds at most a part beyond what went up (upload.h), writes
- * must come in order, and close or fsync completes the upload.
+ * must come in order, and close or fsync completes the upload; its size
+ * changes only while none of it is sent (ftruncate).
  */
 #include <errno.h>
 #include <malloc.h>
@@ -55,17 +56,23 @@ static void part_unmap(void *data)
  * and the daemon's RSS would grow past the write_parts bound.  Under
  * ov->lock.
  */
-static GBytes *cut_part(struct onode *n, guint64 ps)
+static GBytes *cut_part(struct onode *n, guint64 ps, GError **error)
 {
 	struct part_map *m = g_new0(struct part_map, 1);
+	int e;
 
 	m->len = ps;
 	m->p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (m->p == MAP_FAILED)
-		g_error("overlay: cannot map a part of %" G_GUINT64_FORMAT
-			" bytes",
-			ps);
+	if (m->p == MAP_FAILED) {
+		e = errno;
+		g_free(m);
+		g_set_error(error, BFS_ERROR, ENOMEM,
+			    "cannot map a part of %" G_GUINT64_FORMAT
+			    " bytes: %s",
+			    ps, g_strerror(e));
+		return NULL;
+	}
 	memcpy(m->p, n->data->data, ps);
 	g_byte_array_remove_range(n->data, 0, ps);
 	n->base += ps;
@@ -103,27 +110,66 @@ static GError *stream_refuses(struct onode *n, guint64 off, guint64 ps)
 }
 
 /* Sends @part, starting the upload first if need be; on failure the
- * upload is aborted.  Under n->wlock. */
+ * upload is aborted (after an interrupt, at close: the write returns at
+ * once, without waiting for the parts in flight).  Under n->wlock. */
 static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
-			  GError **error)
+			  const gint *stop, GError **error)
 {
 	g_autoptr(GError) err = NULL;
 
 	if (!n->up)
 		n->up = upload_start(ov->up, n->key, &err);
-	if (n->up && upload_part(n->up, part, &err))
+	if (n->up && upload_part(n->up, part, stop, &err))
 		return TRUE;
-	if (n->up)
-		upload_abort(g_steal_pointer(&n->up), err);
 	g_prefix_error(&err, "multipart upload: ");
-	ov_mark_broken(ov, n, err);
+	if (bfs_error_errno(err) == EINTR) {
+		/* The write says EINTR; later ones must not, or a writer
+		 * that retries on EINTR would retry for ever. */
+		g_autoptr(GError) lost = g_error_new(
+			BFS_ERROR, EIO, "a write was interrupted: %s",
+			err->message);
+
+		ov_mark_broken(ov, n, lost);
+	} else {
+		if (n->up)
+			upload_abort(g_steal_pointer(&n->up), NULL);
+		ov_mark_broken(ov, n, err);
+	}
 	g_propagate_error(error, g_steal_pointer(&err));
 	return FALSE;
 }
 
+/*
+ * Whether @n was unlinked while written: then nothing of it goes up, its
+ * upload (if any) is aborted, the log says so.  Writing to an unlinked
+ * file is fine; it just never becomes visible.  Under n->wlock and
+ * ov->lock, which it may drop and take again.
+ */
+static gboolean stream_unlinked(struct overlay *ov, struct onode *n)
+{
+	struct upload *up;
+	g_autoptr(GError) why = NULL;
+
+	if (!n->removed)
+		return FALSE;
+	up = g_steal_pointer(&n->up);
+	if (n->data)
+		g_byte_array_set_size(n->data, 0);
+	if (up) {
+		g_mutex_unlock(&ov->lock);
+		why = g_error_new(BFS_ERROR, ENOENT,
+				  "'%s' was unlinked while written: not "
+				  "uploaded",
+				  n->key);
+		upload_abort(up, why);
+		g_mutex_lock(&ov->lock);
+	}
+	return TRUE;
+}
+
 /* A write of a file made here: buffered, and sent part by part. */
 gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
-			 gsize size, GError **error)
+			 gsize size, const gint *stop, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
@@ -133,6 +179,11 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 
 	g_mutex_lock(&n->wlock);
 	g_mutex_lock(&ov->lock);
+	if (stream_unlinked(ov, n)) {
+		g_mutex_unlock(&ov->lock);
+		g_mutex_unlock(&n->wlock);
+		return TRUE;
+	}
 	why = stream_refuses(n, off, ps);
 	if (why) {
 		if (!n->broken && !n->sealed)
@@ -144,10 +195,20 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 	}
 	ov_buffer_write(n, off, buf, size);
 	while (ok && n->data->len >= ps) {
-		g_autoptr(GBytes) part = cut_part(n, ps);
+		g_autoptr(GError) err = NULL;
+		g_autoptr(GBytes) part = cut_part(n, ps, &err);
 
+		if (!part) {
+			/* This write fails, its bytes buffered: the file
+			 * is not what the writer was told. */
+			if (!n->broken)
+				n->broken = g_error_copy(err);
+			g_propagate_error(error, g_steal_pointer(&err));
+			ok = FALSE;
+			break;
+		}
 		g_mutex_unlock(&ov->lock);
-		ok = send_part(ov, n, part, error);
+		ok = send_part(ov, n, part, stop, error);
 		g_mutex_lock(&ov->lock);
 	}
 	g_mutex_unlock(&ov->lock);
@@ -161,7 +222,7 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
-	struct upload *up = g_steal_pointer(&n->up);
+	struct upload *up;
 	g_autoptr(GBytes) last = NULL;
 	g_autoptr(GError) err = NULL;
 	g_autofree char *etag = NULL;
@@ -169,13 +230,18 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 	gboolean ok;
 
 	g_mutex_lock(&ov->lock);
+	if (stream_unlinked(ov, n)) {
+		g_mutex_unlock(&ov->lock);
+		return TRUE;
+	}
+	up = g_steal_pointer(&n->up);
 	if (n->broken) {
 		err = g_error_new(BFS_ERROR, bfs_error_errno(n->broken),
 				  "'%s' not uploaded: an earlier write "
 				  "failed: %s",
 				  n->key, n->broken->message);
 		g_mutex_unlock(&ov->lock);
-		upload_abort(up, err);
+		upload_abort(up, NULL);
 		f->failed = TRUE;
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
@@ -212,4 +278,63 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 	}
 	g_mutex_unlock(&ov->lock);
 	return ok;
+}
+
+/* Why @n's size cannot become @size, or NULL.  Under ov->lock. */
+static GError *resize_refused(struct overlay *ov, struct onode *n, guint64 size)
+{
+	guint64 ps = uploader_part_size(ov->up);
+
+	if (size == n->size)
+		return NULL;
+	if (!n->streamable && size > ov->write_max)
+		return g_error_new(BFS_ERROR, EFBIG,
+				   "size past write_max (%" G_GUINT64_FORMAT
+				   " bytes)",
+				   ov->write_max);
+	if (!n->streamable)
+		return NULL;
+	if (n->sealed)
+		return g_error_new(BFS_ERROR, EBADF,
+				   "its upload was completed (fsync): its "
+				   "size stays %" G_GUINT64_FORMAT,
+				   n->size);
+	if (n->base || size > ps)
+		return g_error_new(
+			BFS_ERROR, EINVAL,
+			"size %" G_GUINT64_FORMAT " of a file streamed as a "
+			"multipart upload: only under a part "
+			"(%" G_GUINT64_FORMAT " bytes) before any part is sent",
+			size, ps);
+	return NULL;
+}
+
+gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error)
+{
+	struct overlay *ov = f->ov;
+	struct onode *n = f->n;
+	GError *why;
+
+	if (!f->writable)
+		return overlay_truncate(ov, n->node, size, error);
+	g_mutex_lock(&n->wlock);
+	g_mutex_lock(&ov->lock);
+	why = resize_refused(ov, n, size);
+	/* A writable handle has the bytes (a completed one, none: its size
+	 * stays). */
+	if (!why && size != n->size && n->data) {
+		guint64 old = n->data->len;
+
+		g_byte_array_set_size(n->data, size - n->base);
+		if (size - n->base > old)
+			memset(n->data->data + old, 0, size - n->base - old);
+		n->size = size;
+		n->mtime = g_get_real_time() / G_USEC_PER_SEC;
+		n->version++;
+	}
+	g_mutex_unlock(&ov->lock);
+	g_mutex_unlock(&n->wlock);
+	if (why)
+		g_propagate_error(error, why);
+	return !why;
 }

@@ -95,14 +95,35 @@ static void part_done(const char *etag, const GError *error, void *user)
 	g_free(p);
 }
 
-gboolean upload_part(struct upload *u, GBytes *part, GError **error)
+void uploader_wake(struct uploader *up)
+{
+	g_mutex_lock(&up->lock);
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+}
+
+static gboolean stopped(const gint *stop)
+{
+	return stop && g_atomic_int_get(stop);
+}
+
+gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
+		     GError **error)
 {
 	struct uploader *up = u->up;
 	struct part *p;
 
 	g_mutex_lock(&up->lock);
-	while (up->inflight >= up->parts_max && !u->error)
+	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
 		g_cond_wait(&up->cond, &up->lock);
+	if (!u->error && up->inflight >= up->parts_max) {
+		g_mutex_unlock(&up->lock);
+		g_set_error(error, BFS_ERROR, EINTR,
+			    "interrupted while waiting for a part slot "
+			    "(write_parts=%u in flight)",
+			    up->parts_max);
+		return FALSE;
+	}
 	if (u->error) {
 		g_propagate_prefixed_error(error, g_error_copy(u->error),
 					   "an earlier part failed: ");
@@ -164,26 +185,97 @@ void upload_abort(struct upload *u, const GError *why)
 			  "multipart upload of '%s' (upload id %s) not aborted "
 			  "(bucketfs-index uploads lists it)",
 			  k, u->id);
-	log_error(LOG_LEVEL_WARNING, why,
-		  "multipart upload of '%s' aborted after %u parts", k,
-		  u->etags->len);
+	if (why)
+		log_error(LOG_LEVEL_WARNING, why,
+			  "multipart upload of '%s' aborted after %u parts", k,
+			  u->etags->len);
+	else
+		log_msg(LOG_LEVEL_WARNING,
+			"multipart upload of '%s' aborted after %u parts", k,
+			u->etags->len);
 	upload_free(u);
+}
+
+/* @etag without its quotes, if it has them (g_free). */
+static char *etag_bare(const char *etag)
+{
+	gsize len = strlen(etag);
+
+	if (len >= 2 && etag[0] == '"' && etag[len - 1] == '"')
+		return g_strndup(etag + 1, len - 2);
+	return g_strdup(etag);
+}
+
+/*
+ * The ETag S3 gives the object @u completes: the MD5 of its parts' MD5s
+ * (binary), in hex, then "-" and the number of parts.  NULL when a part's
+ * ETag is not an MD5 (32 hex digits), as with some servers.
+ */
+static char *expected_etag(struct upload *u)
+{
+	g_autoptr(GChecksum) sum = g_checksum_new(G_CHECKSUM_MD5);
+	guint i, j;
+
+	for (i = 0; i < u->etags->len; i++) {
+		g_autofree char *e = etag_bare(u->etags->pdata[i]);
+		guint8 bin[16];
+
+		if (strlen(e) != 32)
+			return NULL;
+		for (j = 0; j < 16; j++) {
+			int hi = g_ascii_xdigit_value(e[2 * j]);
+			int lo = g_ascii_xdigit_value(e[2 * j + 1]);
+
+			if (hi < 0 || lo < 0)
+				return NULL;
+			bin[j] = (guint8)(hi << 4 | lo);
+		}
+		g_checksum_update(sum, bin, sizeof(bin));
+	}
+	return g_strdup_printf("%s-%u", g_checksum_get_string(sum),
+			       u->etags->len);
 }
 
 /*
  * A Complete whose answer was lost is answered NoSuchUpload when retried:
- * the object then already has the size we sent and a multipart ETag.
+ * the object then already has the size we sent and this upload's
+ * multipart ETag.  FALSE with the reason appended to *@error otherwise.
  */
-static gboolean completed_anyway(struct upload *u, guint64 size, char **etag)
+static gboolean completed_anyway(struct upload *u, guint64 size, char **etag,
+				 GError **error)
 {
 	struct s3_object_meta meta = { 0 };
-	g_autofree char *suffix = g_strdup_printf("-%u", u->etags->len);
-	gboolean ok;
+	g_autofree char *want = expected_etag(u);
+	g_autofree char *got = NULL;
+	g_autoptr(GError) err = NULL;
+	gboolean ok = FALSE;
 
-	ok = s3_head(u->up->s3, u->key, -1, &meta, NULL) && meta.size == size &&
-	     meta.etag && g_str_has_suffix(meta.etag, suffix);
+	if (!want) {
+		g_prefix_error(error,
+			       "the upload is gone, and its parts' ETags "
+			       "are not MD5s: an object there cannot "
+			       "be told ours: ");
+		return FALSE;
+	}
+	if (!s3_head(u->up->s3, u->key, -1, &meta, &err)) {
+		g_prefix_error(error,
+			       "the upload is gone, and no object of it "
+			       "(%s): ",
+			       err->message);
+		return FALSE;
+	}
+	got = meta.etag ? etag_bare(meta.etag) : g_strdup("");
+	ok = meta.size == size && g_ascii_strcasecmp(got, want) == 0;
 	if (ok && etag)
 		*etag = g_strdup(meta.etag);
+	else if (!ok)
+		g_prefix_error(error,
+			       "the upload is gone, and the object there is "
+			       "not this upload's "
+			       "(%" G_GUINT64_FORMAT " bytes, ETag %s; this "
+			       "upload: %" G_GUINT64_FORMAT
+			       " bytes, ETag %s): ",
+			       meta.size, got, size, want);
 	s3_object_meta_clear(&meta);
 	return ok;
 }
@@ -194,15 +286,16 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 	g_autoptr(GError) err = NULL;
 	gboolean ok;
 
-	if (last && g_bytes_get_size(last) > 0 && !upload_part(u, last, &err)) {
-		upload_abort(u, err);
+	if (last && g_bytes_get_size(last) > 0 &&
+	    !upload_part(u, last, NULL, &err)) {
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
 	err = drain(u);
 	if (err) {
 		g_prefix_error(&err, "a part failed: ");
-		upload_abort(u, err);
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
@@ -210,10 +303,10 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 			     (const char *const *)u->etags->pdata,
 			     u->etags->len, etag, &err);
 	if (!ok && bfs_error_errno(err) == ENOENT &&
-	    completed_anyway(u, size, etag))
+	    completed_anyway(u, size, etag, &err))
 		ok = TRUE;
 	if (!ok) {
-		upload_abort(u, err);
+		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}

@@ -50,21 +50,30 @@ struct upload *upload_start(struct uploader *up, const char *key,
 
 /*
  * Sends @part (referenced; part_size bytes) as the next part, once a slot
- * is free.  Fails with the first error of an earlier part, or EFBIG past
- * UPLOAD_MAX_PARTS; the upload must then be aborted.
+ * is free.  Fails with the first error of an earlier part, EFBIG past
+ * UPLOAD_MAX_PARTS, or EINTR when *@stop (atomic; may be NULL) is set
+ * while it waits for a slot (set it, then uploader_wake()); the upload
+ * must then be aborted.
  */
-gboolean upload_part(struct upload *u, GBytes *part, GError **error);
+gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
+		     GError **error);
+
+/* Wakes the waits of upload_part(), to see their *stop.  Any thread. */
+void uploader_wake(struct uploader *up);
 
 /*
  * Sends @last (may be NULL or empty: nothing more), waits for every part
  * and completes the upload: the object @key appears, @size bytes, its
  * ETag in *@etag (g_free) if @etag is not NULL.  On failure the upload
- * is aborted (the cause logged) and the error returned.  Frees @u.
+ * is aborted (logged) and the error returned, for the caller to log.  Frees @u.
  */
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 		       char **etag, GError **error);
 
-/* Waits for the parts in flight and aborts, logging @why.  Frees @u. */
+/*
+ * Waits for the parts in flight and aborts, logging that it did, with
+ * @why (NULL: the caller reports the cause).  Frees @u.
+ */
 void upload_abort(struct upload *u, const GError *why);
 
 #endif

@@ -443,6 +443,21 @@ static int cmd_uploads(struct tool *t)
 		for (guint i = 0; i < page->uploads->len; i++, seen++)
 			upload_do(t, s3, page->uploads->pdata[i], &failed);
 		more = page->is_truncated && page->next_key_marker;
+		if (more && !g_strcmp0(page->next_key_marker, key_marker) &&
+		    !g_strcmp0(page->next_upload_id_marker, id_marker)) {
+			/* The same page again, for ever: stop. */
+			fprintf(stderr,
+				"bucketfs-index: listing uploads: the server "
+				"gave the same markers again (key '%s', upload "
+				"id '%s'): stopping\n",
+				page->next_key_marker,
+				page->next_upload_id_marker
+					? page->next_upload_id_marker
+					: "");
+			s3_uploads_page_free(page);
+			s3_free(s3);
+			return 1;
+		}
 		g_free(key_marker);
 		g_free(id_marker);
 		key_marker = g_strdup(page->next_key_marker);

@@ -8,6 +8,7 @@ reset is retried; a failing Complete fails close() and leaves no object
 and no upload; a daemon killed mid-file leaves an upload that
 `bucketfs-index uploads` lists and aborts."""
 
+import ctypes
 import errno
 import os
 import signal
@@ -164,6 +165,13 @@ class TestServerMultipart(MultipartCase):
             self.check_round_trip(m, "retried.pt", os.urandom(PART * 3))
             rules = self.server.control("GET", "faults")["rules"]
             self.assertEqual([r["hits"] for r in rules], [2, 1])
+            # A Complete done but its answer lost: the retry finds no
+            # upload, and the object there with this upload's ETag.
+            self.server.faults([{"op": "COMPLETE", "kind": "reset",
+                                 "count": 1}])
+            self.check_round_trip(m, "lost.pt", os.urandom(PART * 2))
+            rules = self.server.control("GET", "faults")["rules"]
+            self.assertEqual([r["hits"] for r in rules], [1])
         finally:
             self.server.clear_faults()
 
@@ -185,6 +193,17 @@ class TestServerMultipart(MultipartCase):
         self.assertIn("CompleteMultipartUpload s3://ckpt/never.pt", out)
         self.assertIn("InvalidPart", out)
         self.assertIn("multipart upload of 'never.pt' aborted", out)
+        # A name uploaded before, its next upload refused: the name is not
+        # stuck, it can be written again.
+        self.check_round_trip(m, "again.pt", os.urandom(MiB))
+        self.server.faults([{"op": "COMPLETE", "kind": "status",
+                             "status": 400, "code": "InvalidPart"}])
+        try:
+            with self.assertRaises(OSError):
+                write_mib(m.path("again.pt"), os.urandom(PART * 2))
+        finally:
+            self.server.clear_faults()
+        self.check_round_trip(m, "again.pt", os.urandom(PART + MiB))
 
     def test_killed_daemon_leaves_an_upload_to_abort(self):
         m = self.mount("killed")
@@ -219,6 +238,146 @@ class TestServerMultipart(MultipartCase):
         self.assertIn("aborted", r.stdout)
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIsNone(s3_get(s, self.bucket, "ckpt/dead.pt"))
+
+    def test_only_the_opener_closing_completes(self):
+        m = self.mount("forked")
+        data = os.urandom(PART * 2 + MiB)
+        fd = os.open(m.path("forked.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, data[:PART + MiB])
+        pid = os.fork()
+        if pid == 0:  # as a worker forked mid-write: closes, exits
+            os.close(fd)
+            os._exit(0)
+        try:
+            self.assertEqual(os.waitpid(pid, 0)[1], 0)
+            for off in range(PART + MiB, len(data), MiB):
+                os.write(fd, data[off:off + MiB])
+        finally:
+            os.close(fd)
+        s = self.signer()
+        got = s3_get(s, self.bucket, "forked.pt")
+        self.assertTrue(got == data, "forked.pt: the bytes on S3 differ")
+        self.assertEqual(uploads(s, self.bucket), [])
+
+    def test_unlinked_while_written_stays_gone(self):
+        m = self.mount("unlinked")
+        s = self.signer()
+        for name, size in (("gone.pt", PART + MiB), ("gone.small", MiB)):
+            fd = os.open(m.path(name), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, os.urandom(size))
+                os.unlink(m.path(name))
+                os.write(fd, os.urandom(PART))  # fine, never visible
+            finally:
+                os.close(fd)  # succeeds: nothing to upload
+            self.assertFalse(os.path.exists(m.path(name)))
+            self.assertTrue(s3_get(s, self.bucket, name) is None,
+                            f"{name}: unlinked, yet on S3")
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertIn("'gone.pt' was unlinked while written: not uploaded",
+                      m.output())
+
+    def test_ftruncate_by_the_writer(self):
+        m = self.mount("ftruncate")
+        s = self.signer()
+        data = os.urandom(1024)
+        fd = os.open(m.path("cut.bin"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, data)
+            os.ftruncate(fd, 512)
+            os.ftruncate(fd, 512)  # the size it has
+        finally:
+            os.close(fd)
+        self.assertTrue(s3_get(s, self.bucket, "cut.bin") == data[:512])
+        with open(m.path("py.bin"), "wb") as f:  # Python's f.truncate()
+            f.write(data)
+            f.seek(100)
+            f.truncate()
+        self.assertTrue(s3_get(s, self.bucket, "py.bin") == data[:100])
+        # Streamed: its size stays once a part is on S3.
+        big = os.urandom(PART + MiB)
+        fd = os.open(m.path("cut.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, big)
+            os.ftruncate(fd, len(big))
+            with self.assertRaises(OSError) as cm:
+                os.ftruncate(fd, MiB)
+            self.assertEqual(cm.exception.errno, errno.EINVAL)
+        finally:
+            os.close(fd)
+        self.assertTrue(s3_get(s, self.bucket, "cut.pt") == big)
+        self.assertIn("truncate 'cut.pt'", m.output())
+
+    def test_interrupted_wait_for_a_slot(self):
+        m = self.mount("interrupted")
+        libc = ctypes.CDLL(None, use_errno=True)
+        chunk = ctypes.create_string_buffer(os.urandom(MiB), MiB)
+        # Both slots taken by slow parts: the third part's write waits,
+        # until a signal the writer catches ends it (FUSE INTERRUPT).
+        # write(2) itself, not os.write(), which would retry on EINTR.
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 3, "count": 2}])
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        fd = os.open(m.path("intr.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, os.urandom(2 * PART))  # both slots
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            for _ in range(PART // MiB):
+                rc = libc.write(fd, chunk, ctypes.c_size_t(MiB))
+                if rc != MiB:
+                    break
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            # Ended: EINTR, or short if the kernel's first pieces of it
+            # were taken.
+            self.assertTrue(rc == -1 and err == errno.EINTR or
+                            0 <= rc < MiB, (rc, err))
+            with self.assertRaises(OSError) as cm:
+                closing, fd = fd, -1
+                os.close(closing)
+            self.assertEqual(cm.exception.errno, errno.EIO)
+        finally:
+            if fd >= 0:
+                os.close(fd)
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            self.server.clear_faults()
+        s = self.signer()
+        self.assertTrue(s3_get(s, self.bucket, "intr.pt") is None)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertIn("interrupted while waiting for a part slot",
+                      m.output())
+
+    def test_stopped_daemon_uploads_nothing_half_written(self):
+        m = self.mount("stopped")
+        s = self.signer()
+        big = os.open(m.path("half.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(big, os.urandom(PART + MiB))
+        small = os.open(m.path("half.small"), os.O_CREAT | os.O_WRONLY,
+                        0o644)
+        os.write(small, b"x" * 1000)
+        deadline = time.monotonic() + 60
+        while not uploads(s, self.bucket) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertEqual([k for k, _ in uploads(s, self.bucket)],
+                         ["half.pt"])
+        m.proc.send_signal(signal.SIGTERM)
+        m.proc.wait(timeout=120)
+        for fd in (big, small):
+            try:
+                os.close(fd)
+            except OSError:
+                pass  # ENOTCONN: the daemon is gone
+        subprocess.run(["fusermount3", "-uz", m.dir])
+        self.assertEqual(uploads(s, self.bucket), [])
+        for k in ("half.pt", "half.small"):
+            self.assertTrue(s3_get(s, self.bucket, k) is None,
+                            f"{k}: half-written, yet on S3")
+        out = m.output()
+        self.assertIn("'half.pt' not on S3: the daemon stopped mid-file "
+                      "(upload aborted)", out)
+        self.assertIn("'half.small' not on S3: the daemon stopped mid-file",
+                      out)
 
 
 if __name__ == "__main__":
