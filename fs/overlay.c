@@ -243,7 +243,7 @@ gboolean overlay_create(struct overlay *ov, const char *key,
 
 	g_mutex_lock(&ov->lock);
 	n = node_get(ov, key, FALSE);
-	if (n->writers && n->streamable) {
+	if (ov_writers(n) && n->streamable) {
 		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, EBUSY,
 			    "'%s' is being written by another handle", key);
@@ -410,7 +410,7 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 	}
 	/* Written now: parts of it are on S3 already (base), or it would
 	 * get a second writer. */
-	if (n->streamable && n->writers && (n->base || writable)) {
+	if (n->streamable && ov_writers(n) && (n->base || writable)) {
 		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, EBUSY,
 			    "'%s' is being written as a multipart upload: "
@@ -418,11 +418,12 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 			    n->key);
 		return NULL;
 	}
-	if (writable && !n->writers) {
+	if (writable && !ov_writers(n)) {
 		/* Written again from its start, it streams again; changed in
 		 * place, it is buffered whole (write_max). */
 		n->streamable = truncate;
 		n->sealed = FALSE;
+		n->base = 0;
 	}
 	if (n->data || truncate) {
 		if (!n->data)
@@ -516,6 +517,20 @@ gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
 		return FALSE;
 	}
 	g_mutex_lock(&f->ov->lock);
+	if (f->closed) {
+		/* Written through a copy of the descriptor its opener
+		 * closed: in use again, unless another handle writes it. */
+		if (n->streamable && ov_writers(n)) {
+			g_mutex_unlock(&f->ov->lock);
+			g_set_error(error, BFS_ERROR, EBADF,
+				    "its opener closed it, and another handle "
+				    "writes '%s' now",
+				    n->key);
+			return FALSE;
+		}
+		f->closed = FALSE;
+		n->closed--;
+	}
 	if (n->streamable) {
 		g_mutex_unlock(&f->ov->lock);
 		return ov_stream_write(f, off, buf, size, stop, error);
@@ -580,9 +595,28 @@ void overlay_set_owner(struct ov_file *f, guint pid)
 
 gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
 {
-	if (!f->writable || !f->owner || pid == f->owner)
-		return overlay_flush(f, error);
-	return TRUE;
+	gboolean ok;
+
+	if (f->writable && f->owner && pid != f->owner)
+		return TRUE;
+	g_mutex_lock(&f->ov->lock);
+	/* Closed before and unused since: what streams now is another
+	 * handle's upload, never this one's to complete. */
+	ok = f->closed && f->n->streamable && ov_writers(f->n);
+	g_mutex_unlock(&f->ov->lock);
+	if (ok)
+		return TRUE;
+	ok = overlay_flush(f, error);
+	if (f->writable && f->owner) {
+		/* Closed by its opener: the name may be opened for writing
+		 * again before the kernel releases this handle. */
+		g_mutex_lock(&f->ov->lock);
+		if (!f->closed)
+			f->n->closed++;
+		f->closed = TRUE;
+		g_mutex_unlock(&f->ov->lock);
+	}
+	return ok;
 }
 
 gboolean overlay_flush(struct ov_file *f, GError **error)
@@ -700,10 +734,16 @@ void overlay_release(struct ov_file *f)
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
 	g_autoptr(GError) err = NULL;
+	gboolean closed;
 
+	g_mutex_lock(&ov->lock);
+	closed = f->closed;
+	g_mutex_unlock(&ov->lock);
 	/* After a failed upload that close() reported, no second try: the
-	 * writer was told the file is not on S3. */
-	if (!f->failed && !overlay_flush(f, &err)) {
+	 * writer was told the file is not on S3.  Closed by its opener and
+	 * unused since, it was flushed then; its name may be another
+	 * handle's upload by now. */
+	if (!f->failed && !closed && !overlay_flush(f, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
 		log_error(LOG_LEVEL_ERR, err,
@@ -713,6 +753,8 @@ void overlay_release(struct ov_file *f)
 	n->opens--;
 	if (f->writable)
 		n->writers--;
+	if (closed)
+		n->closed--;
 	/* The last writer gone, completed or failed, nothing of it is
 	 * streaming any more: the name can be opened again. */
 	if (!n->writers)

@@ -37,6 +37,7 @@ struct onode {
 	 * it outgrows a part; @data then holds its bytes from @base on. */
 	gboolean streamable; /* made (or emptied) by this mount */
 	guint writers;	     /* writable handles open */
+	guint closed;	     /* ... of them closed by their opener (ov_file) */
 	guint64 base;	     /* file offset of data->data[0] */
 	gboolean sealed;     /* its upload completed: no more writes */
 	char *s3_etag;	     /* the ETag its upload completed with */
@@ -61,7 +62,17 @@ struct ov_file {
 	gboolean writable;
 	gboolean failed; /* an upload failed: close() said so */
 	guint owner;	 /* the process that opened it (0: any) */
+	/* Its opener closed it (FLUSH): the kernel's RELEASE may come after
+	 * the next open, which must not find it still writing. */
+	gboolean closed;
 };
+
+/* The writable handles of @n still in use: those whose opener has not
+ * closed them.  Under ov->lock. */
+static inline guint ov_writers(const struct onode *n)
+{
+	return n->writers - n->closed;
+}
 
 /* Remembers the first failed write of @n, so that close() fails too.
  * Takes ov->lock. */

@@ -213,6 +213,32 @@ class WritableTest(harness.MountCase):
         self.assertEqual(self.s3_get(".ckpt"), b"z" * 1000)
         os.unlink(m.path(".ckpt"))
 
+    def test_reopened_before_release(self):
+        # close() ends the opener's write at once, though the kernel
+        # releases the handle later (here: never, while a copy of the
+        # descriptor stays open). Opening the name for writing again
+        # must not find it busy, and the old handle must not write
+        # into the new upload.
+        m = self.mount("again", "writable")
+        p = m.path(".again")
+        fd = os.open(p, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+        try:
+            os.write(fd, b"first")
+            os.close(os.dup(fd))
+            self.assertEqual(self.s3_get(".again"), b"first")
+            with open(p, "wb") as f:
+                f.write(b"second")
+                f.flush()
+                with self.assertRaises(OSError) as cm:
+                    os.write(fd, b"old handle")
+                self.assertEqual(cm.exception.errno, errno.EBADF)
+        finally:
+            os.close(fd)
+        self.assertEqual(self.s3_get(".again"), b"second")
+        with open(p, "rb") as f:
+            self.assertEqual(f.read(), b"second")
+        os.unlink(p)
+
     def test_holes_large_files_and_other_users(self):
         m = self.mount("holes", "writable", "write_max=100000000",
                        "allow_other", "dir_mode=0777", "file_mode=0666")
