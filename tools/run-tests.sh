@@ -2,8 +2,8 @@
 # Sets up, builds and runs the whole bucketfs test suite: unit tests, the
 # test S3 server's suite and the integration tests (real servers on
 # loopback), first in a normal build with warnings as errors, then again in
-# an ASan+UBSan build, then the unit and integration tests in a TSan build
-# (clang), then the libFuzzer targets for a bounded time (clang,
+# an ASan+UBSan build, then the unit tests and the threaded integration
+# tests (suite 'threads') in a TSan build (clang), then the libFuzzer targets for a bounded time (clang,
 # tests/fuzz).  One Ceph RGW (tests/rgw/rgw.sh) serves every build's
 # integration tests and is stopped at the end, also on failure.  Ends with one line "tests: N passed, N failed, N skipped".
 #
@@ -97,8 +97,9 @@ for name in "${builds[@]}"; do
 		# cannot see it: plain malloc instead (GLib >= 2.76 always).
 		env=("TSAN_OPTIONS=halt_on_error=0:exitcode=66:second_deadlock_stack=1:suppressions=$supp/tsan.supp:log_path=$logs/tsan"
 		     "G_SLICE=always-malloc")
-		# Unit and integration: the daemon under TSan is the point.
-		targs=(--suite unit --suite integration --timeout-multiplier 3 "$@") ;;
+		# Unit, and the integration tests whose daemon runs several
+		# threads at once (tests/meson.build: suite 'threads').
+		targs=(--suite unit --suite threads --timeout-multiplier 3 "$@") ;;
 	build-fuzz)
 		cc=clang
 		opts+=(-Dfuzz=true -Db_sanitize=address,undefined
