@@ -5,7 +5,7 @@ seconds, and the test S3 server, which refuses them with 400 ExpiredToken
 once they have.
 
 Each provider mounts and reads under a continuous load across at least
-three expiries with no failed read; each failure (IMDS down, a bad token,
+two expiries with no failed read; each failure (IMDS down, a bad token,
 an STS error, a credential_process that fails, a rotated token file) ends
 in one clear line, and no provider that was not asked for is reached."""
 
@@ -110,7 +110,7 @@ class ProviderTest(harness.MountCase):
             self.mounts.append(m)
         return m
 
-    def read_load(self, m, expiries=3):
+    def read_load(self, m, expiries=2):
         """Reads files in a loop from two threads until the fakes issued
         @expiries more credentials; returns (reads, errors)."""
         stop = threading.Event()
