@@ -79,6 +79,16 @@ void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d);
 void fs_set_session(struct fs *fs, struct fuse_session *se);
 
 /*
+ * Once fuse_session_mount() has opened /dev/fuse, before the loop: asks
+ * the kernel at INIT for mmap of direct_io files (fuse_init.h), logging
+ * the outcome.  Main thread.
+ */
+void fs_session_mounted(struct fs *fs);
+
+/* Whether direct_io files map MAP_SHARED on this mount (after INIT). */
+gboolean fs_direct_io_maps(struct fs *fs);
+
+/*
  * After the session loop: uploads written files left open, logs the
  * counters, and shuts the S3 client down (s3_shutdown()): reads still in
  * flight are answered (cancelled) while the channel is still open, and

@@ -573,6 +573,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		return 1;
 	if (fuse_session_mount(se, m->mountpoint) != 0)
 		goto out_handlers;
+	fs_session_mounted(fs);
 	/* The parent returns here: the mount exists. */
 	fuse_daemonize(m->foreground);
 	raise_kernel_readahead(m, real);
