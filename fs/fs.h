@@ -30,10 +30,13 @@ struct fs;
 
 /* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
 enum fs_direct_io {
-	FS_DIRECT_IO_NONE,  /* none (the default): every file through the page
-			     * cache, small ones stored there at open */
+	FS_DIRECT_IO_AUTO,  /* the default: large objects when the kernel lets
+			     * direct_io files map MAP_SHARED (fuse_init.h),
+			     * none otherwise; small ones stored at open */
+	FS_DIRECT_IO_NONE,  /* none: every file through the page cache, small
+			     * ones stored there at open */
 	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
-	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
+	FS_DIRECT_IO_ALL,   /* every file */
 };
 
 struct fs_options {

@@ -6,7 +6,8 @@
  * FUSE_DIRECT_IO_ALLOW_MMAP (protocol 7.39, Linux 6.6) lets a file opened
  * with FOPEN_DIRECT_IO be mapped MAP_SHARED: the kernel then fills the
  * page cache of the mapping through FUSE READs.  libfuse 3.14 knows
- * neither the flag nor a way to set it (3.16 has FUSE_CAP_...), so the
+ * neither the flag nor a way to set it (3.16 added
+ * FUSE_CAP_DIRECT_IO_ALLOW_MMAP), so the
  * session reads and writes /dev/fuse through fuse_init.c's read() and
  * writev(): the kernel's INIT request is noted as it is read (its
  * `unique` and the flags it offers), and libfuse's reply to it gets
