@@ -64,14 +64,14 @@ static void log_outcome(const struct fuse_init_state *st, const char *why)
 {
 	if (!why)
 		log_msg(LOG_LEVEL_INFO,
-			"FUSE 7.%u: FUSE_DIRECT_IO_ALLOW_MMAP negotiated "
-			"(direct_io files map MAP_SHARED)",
+			"kernel FUSE 7.%u: FUSE_DIRECT_IO_ALLOW_MMAP "
+			"negotiated (direct_io files map MAP_SHARED)",
 			st->minor);
 	else
 		log_msg(LOG_LEVEL_INFO,
-			"FUSE 7.%u: no FUSE_DIRECT_IO_ALLOW_MMAP (%s): every "
-			"file goes through the page cache unless direct_io= "
-			"says otherwise",
+			"kernel FUSE 7.%u: no FUSE_DIRECT_IO_ALLOW_MMAP (%s): "
+			"every file goes through the page cache unless "
+			"direct_io= says otherwise",
 			st->minor, why);
 }
 
