@@ -260,11 +260,6 @@ void fs_session_mounted(struct fs *fs)
 			  "the page cache unless direct_io= says otherwise");
 }
 
-gboolean fs_direct_io_maps(struct fs *fs)
-{
-	return fuse_init_direct_io_maps(&fs->init);
-}
-
 void fs_stop(struct fs *fs)
 {
 	struct stats_sources src;

@@ -28,13 +28,11 @@
 
 struct fs;
 
-/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
+/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO);
+ * mmap(MAP_SHARED) of them needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h). */
 enum fs_direct_io {
-	FS_DIRECT_IO_AUTO,  /* the default: large objects when the kernel lets
-			     * direct_io files map MAP_SHARED (fuse_init.h),
-			     * none otherwise; small ones stored at open */
-	FS_DIRECT_IO_NONE,  /* none: every file through the page cache, small
-			     * ones stored there at open */
+	FS_DIRECT_IO_NONE,  /* none (the default): every file through the page
+			     * cache, small ones stored there at open */
 	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
 	FS_DIRECT_IO_ALL,   /* every file */
 };
@@ -87,9 +85,6 @@ void fs_set_session(struct fs *fs, struct fuse_session *se);
  * the outcome.  Main thread.
  */
 void fs_session_mounted(struct fs *fs);
-
-/* Whether direct_io files map MAP_SHARED on this mount (after INIT). */
-gboolean fs_direct_io_maps(struct fs *fs);
 
 /*
  * After the session loop: uploads written files left open, logs the

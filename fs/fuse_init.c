@@ -158,8 +158,3 @@ gboolean fuse_init_hook(struct fuse_session *se, GError **error)
 	}
 	return TRUE;
 }
-
-gboolean fuse_init_direct_io_maps(const struct fuse_init_state *st)
-{
-	return g_atomic_int_get((gint *)&st->allow_mmap) != 0;
-}

@@ -46,10 +46,4 @@ struct fuse_init_state {
  */
 gboolean fuse_init_hook(struct fuse_session *se, GError **error);
 
-/*
- * Whether files opened with direct_io can be mapped MAP_SHARED on this
- * connection.  Any thread, after INIT.
- */
-gboolean fuse_init_direct_io_maps(const struct fuse_init_state *st);
-
 #endif

@@ -92,15 +92,12 @@ static const char mount_help[] =
 "                          order (hints: setxattr user.bucketfs.prefetch),\n"
 "                          only the guesses of streams in listing order,\n"
 "                          or none (an open still fetches its file whole)\n"
-"    direct_io=auto|none|small|all  which files bypass the kernel's\n"
-"                          page cache (one copy less per byte): auto (the\n"
-"                          default) large files, if the kernel lets such\n"
-"                          files be mapped shared (Linux >= 6.6), else\n"
-"                          none; none; those fetched whole; or every file.\n"
-"                          A file fetched whole is otherwise stored in the\n"
-"                          page cache at open.  Without the kernel's\n"
-"                          support, mmap(MAP_SHARED) of a direct_io file\n"
-"                          fails with ENODEV\n"
+"    direct_io=none|small|all  which files bypass the kernel's page\n"
+"                          cache: none (the default: a file fetched\n"
+"                          whole is stored there at open, and every file\n"
+"                          maps), those fetched whole, or every file\n"
+"                          (one copy less; mmap(MAP_SHARED) of them needs\n"
+"                          Linux >= 6.6 and fails with ENODEV before)\n"
 "    readdirplus=auto|always  whether a listing hands the kernel each\n"
 "                          name's attributes: only where they are used\n"
 "                          next (auto, the default: ls -l), or always\n"
@@ -352,8 +349,7 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "direct_io")) {
-		static const char *const modes[] = { "auto", "none", "small",
-						     "all" };
+		static const char *const modes[] = { "none", "small", "all" };
 		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
 				     error);
 

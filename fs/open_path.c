@@ -35,35 +35,22 @@ void open_log_read_error(const char *key, const GError *error)
 
 /*
  * Whether reads of an object of @size skip the kernel's page cache
- * (FOPEN_DIRECT_IO): each read(2) is then one FUSE READ copied straight
- * into the reader's buffer, with no page cache between.  mmap(MAP_SHARED)
- * of such a file needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h), without
- * which it gets ENODEV: by default (auto) only large objects, and only
- * when INIT negotiated it; objects fetched whole are stored in the page
- * cache at open instead (open_answer()).
+ * (FOPEN_DIRECT_IO): one copy instead of two.  mmap(MAP_SHARED) of such a
+ * file needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h) and gets ENODEV
+ * without it.  Only when asked: direct_io=small (objects fetched whole) or
+ * all; on the 2 GiB dd the page cache measured as cheap and as fast
+ * (docs/PERFORMANCE.md, session 9).
  */
 static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 {
-	gboolean whole = size <= readahead_whole_max(fs->ra);
-
 	switch (fs->opts.direct_io) {
-	case FS_DIRECT_IO_AUTO:
-		return !whole && fs_direct_io_maps(fs);
 	case FS_DIRECT_IO_ALL:
 		return TRUE;
 	case FS_DIRECT_IO_SMALL:
-		return whole;
+		return size <= readahead_whole_max(fs->ra);
 	default:
 		return FALSE;
 	}
-}
-
-/* Whether the open of an object of @size waits to store it at open. */
-static gboolean stores_at_open(struct fs *fs, guint64 size)
-{
-	return fs->se && size > 0 && size <= readahead_whole_max(fs->ra) &&
-	       (fs->opts.direct_io == FS_DIRECT_IO_AUTO ||
-		fs->opts.direct_io == FS_DIRECT_IO_NONE);
 }
 
 /*
@@ -154,7 +141,8 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	struct fuse_file_info f = *fi;
 	struct open_call *oc;
 
-	if (!stores_at_open(fs, size)) {
+	if (!fs->se || fs->opts.direct_io != FS_DIRECT_IO_NONE || size == 0 ||
+	    size > readahead_whole_max(fs->ra)) {
 		f.direct_io = bypasses_page_cache(fs, size);
 		f.keep_cache = !f.direct_io && is_current(fs, ino);
 		if (fuse_reply_open(req, &f) != 0)

@@ -4,9 +4,8 @@ whole and of a large one reads the right bytes, and so does numpy's
 np.load(mmap_mode="r") of a 1 MB and a 16 MB .npy; a file fetched whole
 reaches the page cache at open, so its reads never reach the daemon;
 on a kernel with FUSE_DIRECT_IO_ALLOW_MMAP (Linux >= 6.6) INIT
-negotiates it, large files are then opened with direct_io by default,
-and files opened with direct_io (auto, small or all) map MAP_SHARED with
-the right bytes (ENODEV on an older kernel); and
+negotiates it, and files opened with direct_io=small or all map
+MAP_SHARED with the right bytes (ENODEV on an older kernel); and
 after a SIGHUP switch to an index where an object changed, the pages of
 the old one are not served."""
 
@@ -125,20 +124,6 @@ class MmapTest(harness.MountCase):
         else:
             self.assertTrue(m.wait_output(
                 "no FUSE_DIRECT_IO_ALLOW_MMAP"), m.output())
-
-    def test_large_files_bypass_the_page_cache_by_default(self):
-        m = self.mount()
-        before = self.stats(m)["files"]["reads"]
-        with open(m.path("large.bin"), "rb", buffering=0) as f:
-            got = b"".join(f.read(4096) for _ in range(16))
-        self.assertEqual(got, self.objects["large.bin"][:65536])
-        reads = self.stats(m)["files"]["reads"] - before
-        if kernel_offers_direct_io_mmap():
-            # direct_io: each read(2) is one FUSE READ.
-            self.assertEqual(reads, 16)
-        else:
-            # The page cache: the kernel's readahead asks for more at once.
-            self.assertLess(reads, 16)
 
     def test_direct_io_files_map_shared(self):
         for mode in ("small", "all"):
