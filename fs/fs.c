@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "fs_internal.h"
+#include "log.h"
 #include "stats.h"
 
 /* -- generations -------------------------------------------------------- */
@@ -246,6 +247,17 @@ void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d)
 void fs_set_session(struct fs *fs, struct fuse_session *se)
 {
 	fs->se = se;
+}
+
+void fs_session_mounted(struct fs *fs)
+{
+	g_autoptr(GError) error = NULL;
+
+	if (!fuse_init_hook(fs->se, &error))
+		log_error(LOG_LEVEL_INFO, error,
+			  "FUSE INIT is libfuse's own: no "
+			  "FUSE_DIRECT_IO_ALLOW_MMAP, every file goes through "
+			  "the page cache unless direct_io= says otherwise");
 }
 
 void fs_stop(struct fs *fs)

@@ -28,12 +28,13 @@
 
 struct fs;
 
-/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO). */
+/* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO);
+ * mmap(MAP_SHARED) of them needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h). */
 enum fs_direct_io {
 	FS_DIRECT_IO_NONE,  /* none (the default): every file through the page
 			     * cache, small ones stored there at open */
 	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
-	FS_DIRECT_IO_ALL,   /* every file; mmap(MAP_SHARED) gives ENODEV */
+	FS_DIRECT_IO_ALL,   /* every file */
 };
 
 struct fs_options {
@@ -77,6 +78,13 @@ void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d);
 
 /* The session, for cache invalidations.  Before the loop runs. */
 void fs_set_session(struct fs *fs, struct fuse_session *se);
+
+/*
+ * Once fuse_session_mount() has opened /dev/fuse, before the loop: asks
+ * the kernel at INIT for mmap of direct_io files (fuse_init.h), logging
+ * the outcome.  Main thread.
+ */
+void fs_session_mounted(struct fs *fs);
 
 /*
  * After the session loop: uploads written files left open, logs the

@@ -18,6 +18,7 @@
 
 #include "emptydirs.h"
 #include "fs.h"
+#include "fuse_init.h"
 #include "index.h"
 #include "overlay.h"
 #include "readahead.h"
@@ -67,6 +68,7 @@ struct fs {
 	guint64 handed_over; /* atomic: files stored in the page cache */
 	/* Atomic: FUSE requests by kind. */
 	guint64 ops[STATS_OPS];
+	struct fuse_init_state init; /* what INIT negotiated (fuse_init.h) */
 };
 
 /* Counts @n of FUSE request kind @op (stats.h). */

@@ -96,8 +96,8 @@ static const char mount_help[] =
 "                          cache: none (the default: a file fetched\n"
 "                          whole is stored there at open, and every file\n"
 "                          maps), those fetched whole, or every file\n"
-"                          (one copy less, but mmap(MAP_SHARED) of them\n"
-"                          fails with ENODEV)\n"
+"                          (one copy less; mmap(MAP_SHARED) of them needs\n"
+"                          Linux >= 6.6 and fails with ENODEV before)\n"
 "    readdirplus=auto|always  whether a listing hands the kernel each\n"
 "                          name's attributes: only where they are used\n"
 "                          next (auto, the default: ls -l), or always\n"
@@ -573,6 +573,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 		return 1;
 	if (fuse_session_mount(se, m->mountpoint) != 0)
 		goto out_handlers;
+	fs_session_mounted(fs);
 	/* The parent returns here: the mount exists. */
 	fuse_daemonize(m->foreground);
 	raise_kernel_readahead(m, real);

@@ -35,9 +35,11 @@ void open_log_read_error(const char *key, const GError *error)
 
 /*
  * Whether reads of an object of @size skip the kernel's page cache
- * (FOPEN_DIRECT_IO): one copy instead of two, but mmap(MAP_SHARED) of the
- * file gets ENODEV.  Only when asked: direct_io=small (objects fetched
- * whole) or all.
+ * (FOPEN_DIRECT_IO): one copy instead of two.  mmap(MAP_SHARED) of such a
+ * file needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h) and gets ENODEV
+ * without it.  Only when asked: direct_io=small (objects fetched whole) or
+ * all; on the 2 GiB dd the page cache measured as cheap and as fast
+ * (docs/PERFORMANCE.md, session 9).
  */
 static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 {

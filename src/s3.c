@@ -16,6 +16,7 @@
 #include "credentials.h"
 #include "error.h"
 #include "http.h"
+#include "http_date.h"
 #include "log.h"
 #include "s3.h"
 #include "sigv4.h"
@@ -255,10 +256,10 @@ static void meta_from_response(struct s3_object_meta *meta,
 	}
 	v = http_response_header(resp, "last-modified");
 	if (v)
-		meta->mtime = MAX(0, (gint64)curl_getdate(v, NULL));
+		meta->mtime = MAX(0, http_date_parse(v));
 	v = http_response_header(resp, "date");
 	if (v)
-		meta->server_date = MAX(0, (gint64)curl_getdate(v, NULL));
+		meta->server_date = MAX(0, http_date_parse(v));
 	v = http_response_header(resp, "content-length");
 	if (v)
 		meta->size = g_ascii_strtoull(v, NULL, 10);

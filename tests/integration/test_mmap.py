@@ -3,7 +3,9 @@
 whole and of a large one reads the right bytes, and so does numpy's
 np.load(mmap_mode="r") of a 1 MB and a 16 MB .npy; a file fetched whole
 reaches the page cache at open, so its reads never reach the daemon;
-direct_io=small still gives what it says (ENODEV for MAP_SHARED); and
+on a kernel with FUSE_DIRECT_IO_ALLOW_MMAP (Linux >= 6.6) INIT
+negotiates it, and files opened with direct_io=small or all map
+MAP_SHARED with the right bytes (ENODEV on an older kernel); and
 after a SIGHUP switch to an index where an object changed, the pages of
 the old one are not served."""
 
@@ -31,6 +33,12 @@ def npy_bytes(arr):
     buf = io.BytesIO()
     np.save(buf, arr)
     return buf.getvalue()
+
+
+def kernel_offers_direct_io_mmap():
+    """FUSE_DIRECT_IO_ALLOW_MMAP came with Linux 6.6 (FUSE 7.39)."""
+    release = os.uname().release.split("-")[0].split(".")
+    return tuple(int(x) for x in release[:2]) >= (6, 6)
 
 
 def mapped(path, flags=mmap.MAP_SHARED):
@@ -108,18 +116,43 @@ class MmapTest(harness.MountCase):
         # Every read(2) was answered by the kernel from the stored pages.
         self.assertEqual(after["reads"], before["reads"], after)
 
-    def test_direct_io_small_refuses_shared_maps(self):
-        m = self.mount("direct_io=small")
-        with self.assertRaises(OSError) as cm:
-            mapped(m.path("small.bin"))
-        self.assertEqual(cm.exception.errno, errno.ENODEV)
-        self.assertEqual(mapped(m.path("small.bin"), mmap.MAP_PRIVATE),
-                         self.objects["small.bin"])
-        self.assertEqual(mapped(m.path("large.bin")),
-                         self.objects["large.bin"])
+    def test_init_negotiates_direct_io_mmap(self):
+        m = self.mount()
+        if kernel_offers_direct_io_mmap():
+            self.assertTrue(m.wait_output(
+                "FUSE_DIRECT_IO_ALLOW_MMAP negotiated"), m.output())
+        else:
+            self.assertTrue(m.wait_output(
+                "no FUSE_DIRECT_IO_ALLOW_MMAP"), m.output())
+
+    def test_direct_io_files_map_shared(self):
+        for mode in ("small", "all"):
+            with self.subTest(direct_io=mode):
+                self.check_direct_io_maps(self.mount(f"direct_io={mode}"))
         with self.assertRaises(RuntimeError) as e:
             self.mount("direct_io=sometimes")
         self.assertIn("option 'direct_io': 'sometimes' is not", str(e.exception))
+
+    def check_direct_io_maps(self, m):
+        for name in ("small.bin", "large.bin"):
+            self.assertEqual(mapped(m.path(name), mmap.MAP_PRIVATE),
+                             self.objects[name])
+        if not kernel_offers_direct_io_mmap():
+            with self.assertRaises(OSError) as cm:
+                mapped(m.path("small.bin"))
+            self.assertEqual(cm.exception.errno, errno.ENODEV)
+            return
+        for name in ("small.bin", "large.bin"):
+            self.assertEqual(mapped(m.path(name)), self.objects[name])
+        # A mapping outlives its file's close: its faults are READs of
+        # the handle the kernel keeps until munmap.
+        small = np.load(m.path("small.npy"), mmap_mode="r")
+        large = np.load(m.path("large.npy"), mmap_mode="r")
+        self.assertTrue(np.array_equal(small, self.small_arr))
+        self.assertTrue(np.array_equal(large, self.large_arr))
+        del small, large
+        with open(m.path("small.bin"), "rb") as f:
+            self.assertEqual(f.read(), self.objects["small.bin"])
 
     def test_index_switch_drops_the_old_pages(self):
         m = self.mount()
