@@ -3,12 +3,18 @@
  * upload.c - multipart uploads, parts in flight bounded per uploader.
  * Lock: up->lock guards the budget and every upload's parts; it is never
  * held across a call into s3.
+ *
+ * A part's SHA-256 (signed as its payload hash) is computed on a thread
+ * of up->hashers, not the writer's: the writer goes on filling the next
+ * part meanwhile, and the parts in flight are hashed in parallel.  The
+ * part is the writer's buffer itself, referenced, never copied.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "error.h"
 #include "log.h"
+#include "sigv4.h"
 #include "upload.h"
 
 struct uploader {
@@ -16,8 +22,9 @@ struct uploader {
 	guint64 part_size;
 	guint parts_max;
 	GMutex lock;
-	GCond cond;	/* a part ended */
-	guint inflight; /* protected by lock */
+	GCond cond;	      /* a part ended */
+	guint inflight;	      /* protected by lock */
+	GThreadPool *hashers; /* hash_and_send(), parts_max threads at most */
 };
 
 struct upload {
@@ -29,11 +36,29 @@ struct upload {
 	GError *error;	  /* the first failed part; protected by up->lock */
 };
 
-/* What the done callback of one part needs. */
+/* One part in flight: what its hasher and its done callback need. */
 struct part {
 	struct upload *u;
 	guint number;
+	GBytes *body; /* until handed to s3 */
 };
+
+static void part_done(const char *etag, const GError *error, void *user);
+
+/* On a hasher thread: the part's SHA-256, then its UploadPart. */
+static void hash_and_send(gpointer data, gpointer pool_data)
+{
+	struct part *p = data;
+	struct upload *u = p->u;
+	gsize len;
+	const void *body = g_bytes_get_data(p->body, &len);
+	g_autofree char *sha = sigv4_payload_sha256(body, len);
+	g_autoptr(GBytes) part = g_steal_pointer(&p->body);
+
+	(void)pool_data;
+	s3_mpu_part_async(u->up->s3, u->key, u->id, p->number, part, sha,
+			  part_done, p);
+}
 
 struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 {
@@ -44,6 +69,10 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 	up->parts_max = parts_max ? parts_max : UPLOAD_DEFAULT_INFLIGHT;
 	g_mutex_init(&up->lock);
 	g_cond_init(&up->cond);
+	/* Not exclusive: its threads start when parts come, and end when
+	 * idle.  A non-exclusive pool cannot fail to be made. */
+	up->hashers = g_thread_pool_new(hash_and_send, up, (gint)up->parts_max,
+					FALSE, NULL);
 	return up;
 }
 
@@ -51,6 +80,7 @@ void uploader_free(struct uploader *up)
 {
 	if (!up)
 		return;
+	g_thread_pool_free(up->hashers, FALSE, TRUE);
 	g_cond_clear(&up->cond);
 	g_mutex_clear(&up->lock);
 	g_free(up);
@@ -111,7 +141,9 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 		     GError **error)
 {
 	struct uploader *up = u->up;
+	g_autoptr(GError) err = NULL;
 	struct part *p;
+	guint number;
 
 	g_mutex_lock(&up->lock);
 	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
@@ -144,8 +176,17 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	p = g_new0(struct part, 1);
 	p->u = u;
 	p->number = u->etags->len;
+	p->body = g_bytes_ref(part);
+	number = p->number;
 	g_mutex_unlock(&up->lock);
-	s3_mpu_part_async(up->s3, u->key, u->id, p->number, part, part_done, p);
+	/* @p is the hasher's now, @u may be gone once the part ended. */
+	if (!g_thread_pool_push(up->hashers, p, &err))
+		/* Only a thread that could not start: the part waits in the
+		 * queue for a hasher that did. */
+		log_error(LOG_LEVEL_WARNING, err,
+			  "part %u of a multipart upload waits for a hashing "
+			  "thread",
+			  number);
 	return TRUE;
 }
 
