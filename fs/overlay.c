@@ -566,7 +566,7 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 		n->version++;
 	}
 	g_mutex_unlock(&ov->lock);
-	ok = overlay_flush(f, error);
+	ok = overlay_flush(f, NULL, error);
 	overlay_release(f);
 	return ok;
 }
@@ -578,14 +578,15 @@ void overlay_set_owner(struct ov_file *f, guint pid)
 	f->owner = pid;
 }
 
-gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
+gboolean overlay_close(struct ov_file *f, guint pid, const gint *stop,
+		       GError **error)
 {
 	if (!f->writable || !f->owner || pid == f->owner)
-		return overlay_flush(f, error);
+		return overlay_flush(f, stop, error);
 	return TRUE;
 }
 
-gboolean overlay_flush(struct ov_file *f, GError **error)
+gboolean overlay_flush(struct ov_file *f, const gint *stop, GError **error)
 {
 	struct onode *n = f->n;
 	gboolean ok;
@@ -593,7 +594,7 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	/* Not under ov->lock: wlock comes first. */
 	g_mutex_lock(&n->wlock);
 	if (f->writable && n->up)
-		ok = ov_stream_complete(f, error);
+		ok = ov_stream_complete(f, stop, error);
 	else
 		ok = flush_put(f, error);
 	g_mutex_unlock(&n->wlock);
@@ -703,7 +704,7 @@ void overlay_release(struct ov_file *f)
 
 	/* After a failed upload that close() reported, no second try: the
 	 * writer was told the file is not on S3. */
-	if (!f->failed && !overlay_flush(f, &err)) {
+	if (!f->failed && !overlay_flush(f, NULL, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
 		log_error(LOG_LEVEL_ERR, err,

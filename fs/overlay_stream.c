@@ -218,7 +218,7 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 
 /* Completes the streamed upload of @f's file with what is buffered.
  * Under n->wlock. */
-gboolean ov_stream_complete(struct ov_file *f, GError **error)
+gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
@@ -252,7 +252,7 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 	n->uploading = TRUE;
 	g_mutex_unlock(&ov->lock);
 
-	ok = upload_finish(up, last, size, &etag, &err);
+	ok = upload_finish(up, last, size, stop, &etag, &err);
 	g_clear_pointer(&last, g_bytes_unref);
 	/* The file's buffer, freed on another thread than the one that grew
 	 * it, would stay cached in that malloc arena: give it back, so the
@@ -271,7 +271,12 @@ gboolean ov_stream_complete(struct ov_file *f, GError **error)
 		n->etag = NULL;
 	} else {
 		g_prefix_error(&err, "upload of '%s' at close: ", n->key);
-		if (!n->broken)
+		/* Interrupted: this close says EINTR, a later one EIO (no
+		 * retry on EINTR for ever). */
+		if (!n->broken && bfs_error_errno(err) == EINTR)
+			n->broken =
+				g_error_new(BFS_ERROR, EIO, "%s", err->message);
+		else if (!n->broken)
 			n->broken = g_error_copy(err);
 		f->failed = TRUE;
 		g_propagate_error(error, g_steal_pointer(&err));

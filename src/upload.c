@@ -22,9 +22,10 @@ struct uploader {
 	guint64 part_size;
 	guint parts_max;
 	GMutex lock;
-	GCond cond;	      /* a part ended */
-	guint inflight;	      /* protected by lock */
-	GThreadPool *hashers; /* hash_and_send(), parts_max threads at most */
+	GCond cond;	       /* a part ended */
+	guint inflight;	       /* protected by lock */
+	GThreadPool *hashers;  /* hash_and_send(), parts_max threads at most */
+	GThreadPool *aborters; /* abort_later(): uploads whose closer left */
 };
 
 struct upload {
@@ -34,7 +35,10 @@ struct upload {
 	GPtrArray *etags; /* part i+1's ETag, NULL while in flight */
 	guint inflight;	  /* protected by up->lock */
 	GError *error;	  /* the first failed part; protected by up->lock */
+	GError *why;	  /* abort_later(): why it is aborted */
 };
+
+static void abort_later(gpointer data, gpointer pool_data);
 
 /* One part in flight: what its hasher and its done callback need. */
 struct part {
@@ -73,6 +77,7 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 	 * idle.  A non-exclusive pool cannot fail to be made. */
 	up->hashers = g_thread_pool_new(hash_and_send, up, (gint)up->parts_max,
 					FALSE, NULL);
+	up->aborters = g_thread_pool_new(abort_later, up, 4, FALSE, NULL);
 	return up;
 }
 
@@ -80,6 +85,8 @@ void uploader_free(struct uploader *up)
 {
 	if (!up)
 		return;
+	/* The aborters first: their uploads' parts may still be hashed. */
+	g_thread_pool_free(up->aborters, FALSE, TRUE);
 	g_thread_pool_free(up->hashers, FALSE, TRUE);
 	g_cond_clear(&up->cond);
 	g_mutex_clear(&up->lock);
@@ -190,22 +197,29 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	return TRUE;
 }
 
-/* Waits until no part of @u is in flight; the first part error, copied. */
-static GError *drain(struct upload *u)
+/* Waits until no part of @u is in flight, or *@stop (may be NULL) is set
+ * (EINTR); the first part error, copied. */
+static GError *drain(struct upload *u, const gint *stop)
 {
 	struct uploader *up = u->up;
 	GError *e;
 
 	g_mutex_lock(&up->lock);
-	while (u->inflight)
+	while (u->inflight && !stopped(stop))
 		g_cond_wait(&up->cond, &up->lock);
-	e = u->error ? g_error_copy(u->error) : NULL;
+	if (u->inflight)
+		e = g_error_new(BFS_ERROR, EINTR,
+				"interrupted while %u parts were in flight",
+				u->inflight);
+	else
+		e = u->error ? g_error_copy(u->error) : NULL;
 	g_mutex_unlock(&up->lock);
 	return e;
 }
 
 static void upload_free(struct upload *u)
 {
+	g_clear_error(&u->why);
 	g_free(u->key);
 	g_free(u->id);
 	g_ptr_array_unref(u->etags);
@@ -217,7 +231,7 @@ void upload_abort(struct upload *u, const GError *why)
 {
 	g_autoptr(GError) err = NULL;
 	g_autofree char *k = log_escape(u->key, -1);
-	GError *e = drain(u);
+	GError *e = drain(u, NULL);
 
 	g_clear_error(&e);
 	if (!s3_mpu_abort(u->up->s3, u->key, u->id, &err) &&
@@ -235,6 +249,30 @@ void upload_abort(struct upload *u, const GError *why)
 			"multipart upload of '%s' aborted after %u parts", k,
 			u->etags->len);
 	upload_free(u);
+}
+
+/* On an aborter thread: the upload's closer did not wait for it. */
+static void abort_later(gpointer data, gpointer pool_data)
+{
+	struct upload *u = data;
+	g_autoptr(GError) why = g_steal_pointer(&u->why);
+
+	(void)pool_data;
+	upload_abort(u, why);
+}
+
+/* Aborts @u on an aborter thread, logging @why (copied), once its parts
+ * in flight have ended; returns at once. */
+static void upload_abort_async(struct upload *u, const GError *why)
+{
+	g_autoptr(GError) err = NULL;
+
+	u->why = g_error_copy(why);
+	if (!g_thread_pool_push(u->up->aborters, u, &err))
+		/* Only a thread that could not start: it waits in the
+		 * queue for one that did. */
+		log_error(LOG_LEVEL_WARNING, err,
+			  "abort of a multipart upload waits for a thread");
 }
 
 /* @etag without its quotes, if it has them (g_free). */
@@ -321,19 +359,36 @@ static gboolean completed_anyway(struct upload *u, guint64 size, char **etag,
 	return ok;
 }
 
+/* @u's wait was interrupted (@err, EINTR): aborted behind the caller's
+ * back, so the caller returns now; the log gives the cause. */
+static gboolean interrupted(struct upload *u, GError *err, GError **error)
+{
+	g_autoptr(GError) why = g_error_new(
+		BFS_ERROR, EINTR,
+		"its completion was interrupted by a signal: %s", err->message);
+
+	upload_abort_async(u, why);
+	g_propagate_error(error, err);
+	return FALSE;
+}
+
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
-		       char **etag, GError **error)
+		       const gint *stop, char **etag, GError **error)
 {
 	g_autoptr(GError) err = NULL;
 	gboolean ok;
 
 	if (last && g_bytes_get_size(last) > 0 &&
-	    !upload_part(u, last, NULL, &err)) {
+	    !upload_part(u, last, stop, &err)) {
+		if (bfs_error_errno(err) == EINTR)
+			return interrupted(u, g_steal_pointer(&err), error);
 		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
-	err = drain(u);
+	err = drain(u, stop);
+	if (err && bfs_error_errno(err) == EINTR)
+		return interrupted(u, g_steal_pointer(&err), error);
 	if (err) {
 		g_prefix_error(&err, "a part failed: ");
 		upload_abort(u, NULL);

@@ -5,8 +5,9 @@ byte-exact, through the mount and S3; a small file still one PUT; what a
 writer may not do (out-of-order writes, a second writer, reading while
 written) gets its errno and a log line; a part failing with 500 or a
 reset is retried; a failing Complete fails close() and leaves no object
-and no upload; a daemon killed mid-file leaves an upload that
-`bucketfs-index uploads` lists and aborts."""
+and no upload; an interrupted close() aborts the upload; a daemon killed
+mid-file leaves an upload that `bucketfs-index uploads` lists and
+aborts."""
 
 import ctypes
 import errno
@@ -347,6 +348,43 @@ class TestServerMultipart(MultipartCase):
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIn("interrupted while waiting for a part slot",
                       m.output())
+
+    def test_interrupted_close(self):
+        m = self.mount("intrclose")
+        libc = ctypes.CDLL(None, use_errno=True)
+        # Both parts slow: close() waits for them, until a signal the
+        # closer catches ends the wait (FUSE INTERRUPT).  close(2) itself,
+        # since os.close() hides EINTR.
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 5, "count": 2}])
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        try:
+            fd = os.open(m.path("intr.close"), os.O_CREAT | os.O_WRONLY,
+                         0o644)
+            os.write(fd, os.urandom(2 * PART))
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            rc = libc.close(fd)  # the descriptor is gone whatever it says
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.assertEqual((rc, err), (-1, errno.EINTR))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            self.server.clear_faults()
+        # Aborted once the slow parts ended, behind the closer's back.
+        s = self.signer()
+        deadline = time.monotonic() + 120
+        while uploads(s, self.bucket) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertTrue(s3_get(s, self.bucket, "intr.close") is None)
+        out = m.output()
+        self.assertIn("close 'intr.close'", out)
+        self.assertIn("multipart upload of 'intr.close' aborted after 2 "
+                      "parts: its completion was interrupted by a signal: "
+                      "interrupted while 2 parts were in flight", out)
+        # The name can be written again.
+        self.check_round_trip(m, "intr.close", os.urandom(PART + MiB))
 
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
