@@ -1234,20 +1234,28 @@ static enum http_verdict judge_complete(struct call *call,
 	if (s3_xml_parse_complete((const char *)resp->body->data,
 				  resp->body->len, &call->result, &info, &perr))
 		return HTTP_VERDICT_DONE;
+	/*
+	 * A 200 whose body is an <Error>, or not the result at all: S3
+	 * failed after sending the status line.  AWS documents it, and the
+	 * SDKs retry it, as a 500: the upload is still there to complete
+	 * (a retry that finds it gone is judged by upload.c).
+	 */
 	if (perr) {
-		g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s", perr->message,
-			    rid ? " (RequestId: " : "", rid ? rid : "",
-			    rid ? ")" : "");
-		return HTTP_VERDICT_FAIL;
+		g_set_error(error, BFS_ERROR, EIO,
+			    "HTTP %ld with a bad body: %s%s%s%s", resp->status,
+			    perr->message, rid ? " (RequestId: " : "",
+			    rid ? rid : "", rid ? ")" : "");
+		return HTTP_VERDICT_RETRY;
 	}
-	g_set_error(error, BFS_ERROR,
-		    code_is_transient(info.code) ? EIO : EINVAL,
-		    "HTTP %ld %s: %s (RequestId: %s)", resp->status,
-		    info.code ? info.code : "(no code)",
-		    info.message ? info.message : "",
-		    info.request_id ? info.request_id : (rid ? rid : "none"));
-	return code_is_transient(info.code) ? HTTP_VERDICT_RETRY
-					    : HTTP_VERDICT_FAIL;
+	/* Retried whatever the code, as botocore does; the code still
+	 * says what the last failure means. */
+	g_set_error(
+		error, BFS_ERROR, code_is_transient(info.code) ? EIO : EINVAL,
+		"HTTP %ld with an error in its body: %s: %s (RequestId: %s)",
+		resp->status, info.code ? info.code : "(no code)",
+		info.message ? info.message : "",
+		info.request_id ? info.request_id : (rid ? rid : "none"));
+	return HTTP_VERDICT_RETRY;
 }
 
 static enum http_verdict

@@ -5,9 +5,9 @@ byte-exact, through the mount and S3; a small file still one PUT; what a
 writer may not do (out-of-order writes, a second writer, reading while
 written) gets its errno and a log line; a part failing with 500 or a
 reset is retried; a failing Complete fails close() and leaves no object
-and no upload; an interrupted close() aborts the upload; a daemon killed
-mid-file leaves an upload that `bucketfs-index uploads` lists and
-aborts."""
+and no upload, one answered 200 with an <Error> is retried; an
+interrupted close() aborts the upload; a daemon killed mid-file leaves
+an upload that `bucketfs-index uploads` lists and aborts."""
 
 import ctypes
 import errno
@@ -385,6 +385,22 @@ class TestServerMultipart(MultipartCase):
                       "interrupted while 2 parts were in flight", out)
         # The name can be written again.
         self.check_round_trip(m, "intr.close", os.urandom(PART + MiB))
+
+    def test_complete_error_in_a_200_is_retried(self):
+        m = self.mount("error200")
+        # AWS may send CompleteMultipartUpload's 200 before it fails, with
+        # the <Error> in the body; and a body cut on the way is no result
+        # either: both retried like a 500.
+        self.server.faults([
+            {"op": "COMPLETE", "kind": "error_200", "count": 1},
+            {"op": "COMPLETE", "kind": "error_200", "count": 1,
+             "body": "<?xml version=\"1.0\"?><CompleteMultipartUpload"}])
+        try:
+            self.check_round_trip(m, "err200.pt", os.urandom(PART * 2))
+            rules = self.server.control("GET", "faults")["rules"]
+            self.assertEqual([r["hits"] for r in rules], [1, 1])
+        finally:
+            self.server.clear_faults()
 
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
