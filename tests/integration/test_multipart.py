@@ -6,8 +6,9 @@ writer may not do (out-of-order writes, a second writer, reading while
 written) gets its errno and a log line; a part failing with 500 or a
 reset is retried; a failing Complete fails close() and leaves no object
 and no upload, one answered 200 with an <Error> is retried; an
-interrupted close() aborts the upload; a daemon killed mid-file leaves
-an upload that `bucketfs-index uploads` lists and aborts."""
+interrupted close() aborts the upload; an endpoint that dies mid-file
+leaves the parts to the others; a daemon killed mid-file leaves an upload
+that `bucketfs-index uploads` lists and aborts."""
 
 import ctypes
 import errno
@@ -401,6 +402,44 @@ class TestServerMultipart(MultipartCase):
             self.assertEqual([r["hits"] for r in rules], [1, 1])
         finally:
             self.server.clear_faults()
+
+    def test_endpoint_dies_mid_file(self):
+        # Three endpoints, relays to the one server (whose uploads they
+        # share); the one a part is in flight through dies: that part and
+        # the rest go to the others, and the file is right.
+        proxies = [harness.CountingProxy(self.url) for _ in range(3)]
+        live = list(proxies)
+        try:
+            m = self.mount("dies", *(f"endpoint={p.url}" for p in proxies))
+            self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                                 "seconds": 2, "count": 2}])
+            data = os.urandom(PART * 5 + MiB)
+            fd = os.open(m.path("dies.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, data[:2 * PART])
+                deadline = time.monotonic() + 60
+                while (not any(p.count("PUT") for p in proxies)
+                       and time.monotonic() < deadline):
+                    time.sleep(0.05)
+                dead = next(p for p in proxies if p.count("PUT"))
+                dead.stop()
+                live.remove(dead)
+                before = {id(p): p.count("PUT") for p in live}
+                for off in range(2 * PART, len(data), MiB):
+                    os.write(fd, data[off:off + MiB])
+            finally:
+                os.close(fd)
+            s = self.signer()
+            got = s3_get(s, self.bucket, "dies.pt")
+            self.assertTrue(got == data, "dies.pt: the bytes on S3 differ")
+            self.assertEqual(uploads(s, self.bucket), [])
+            # Parts 3 to 6 at least, and the dead one's, went elsewhere.
+            self.assertGreaterEqual(
+                sum(p.count("PUT") - before[id(p)] for p in live), 4)
+        finally:
+            self.server.clear_faults()
+            for p in live:
+                p.stop()
 
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")
