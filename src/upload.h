@@ -17,6 +17,9 @@
  *
  * Threads: one writer per upload at a time (the caller serializes); any
  * thread except the HTTP engine's own.  The uploader outlives its uploads.
+ * Its own threads (GLib's pool threads, started as needed): up to
+ * parts_max hashers, each computing a part's SHA-256 and submitting it;
+ * up to 4 aborters, for the uploads whose upload_finish() was interrupted.
  */
 #ifndef BUCKETFS_UPLOAD_H
 #define BUCKETFS_UPLOAD_H

@@ -357,7 +357,7 @@ class TestServerMultipart(MultipartCase):
         # closer catches ends the wait (FUSE INTERRUPT).  close(2) itself,
         # since os.close() hides EINTR.
         self.server.faults([{"op": "UPLOADPART", "kind": "delay",
-                             "seconds": 5, "count": 2}])
+                             "seconds": 3, "count": 2}])
         old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
         try:
             fd = os.open(m.path("intr.close"), os.O_CREAT | os.O_WRONLY,
