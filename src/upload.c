@@ -10,6 +10,7 @@
  * part is the writer's buffer itself, referenced, never copied.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "error.h"
@@ -54,12 +55,16 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 {
 	struct part *p = data;
 	struct upload *u = p->u;
-	gsize len;
-	const void *body = g_bytes_get_data(p->body, &len);
-	g_autofree char *sha = sigv4_payload_sha256(body, len);
 	g_autoptr(GBytes) part = g_steal_pointer(&p->body);
+	g_autofree char *sha = NULL;
+	const void *body;
+	gsize len;
 
 	(void)pool_data;
+	/* Named for top and /proc (a pool thread may have run an abort). */
+	pthread_setname_np(pthread_self(), "bfs-hash");
+	body = g_bytes_get_data(part, &len);
+	sha = sigv4_payload_sha256(body, len);
 	s3_mpu_part_async(u->up->s3, u->key, u->id, p->number, part, sha,
 			  part_done, p);
 }
@@ -258,6 +263,7 @@ static void abort_later(gpointer data, gpointer pool_data)
 	g_autoptr(GError) why = g_steal_pointer(&u->why);
 
 	(void)pool_data;
+	pthread_setname_np(pthread_self(), "bfs-abort");
 	upload_abort(u, why);
 }
 
