@@ -45,17 +45,42 @@ static void abort_later(gpointer data, gpointer pool_data);
 struct part {
 	struct upload *u;
 	guint number;
-	GBytes *body; /* until handed to s3 */
+	GBytes *body;	   /* the writer's part, until the request lets go */
+	gboolean answered; /* part_done() ran; protected by up->lock */
 };
 
 static void part_done(const char *etag, const GError *error, void *user);
+
+/*
+ * The request let go of the part's bytes: only now is its slot free, so
+ * a new part is never mapped while an old one still is (the memory
+ * bound).  Any thread.
+ */
+static void part_released(gpointer data)
+{
+	struct part *p = data;
+	struct upload *u = p->u;
+	struct uploader *up = u->up;
+
+	g_clear_pointer(&p->body, g_bytes_unref);
+	g_mutex_lock(&up->lock);
+	if (!p->answered && !u->error)
+		u->error = g_error_new(BFS_ERROR, EIO,
+				       "part %u ended without an answer",
+				       p->number);
+	u->inflight--;
+	up->inflight--;
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+	g_free(p);
+}
 
 /* On a hasher thread: the part's SHA-256, then its UploadPart. */
 static void hash_and_send(gpointer data, gpointer pool_data)
 {
 	struct part *p = data;
 	struct upload *u = p->u;
-	g_autoptr(GBytes) part = g_steal_pointer(&p->body);
+	g_autoptr(GBytes) part = NULL;
 	g_autofree char *sha = NULL;
 	const void *body;
 	gsize len;
@@ -63,8 +88,10 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 	(void)pool_data;
 	/* Named for top and /proc (a pool thread may have run an abort). */
 	pthread_setname_np(pthread_self(), "bfs-hash");
-	body = g_bytes_get_data(part, &len);
+	body = g_bytes_get_data(p->body, &len);
 	sha = sigv4_payload_sha256(body, len);
+	/* The same bytes, not copied; freeing it frees the slot. */
+	part = g_bytes_new_with_free_func(body, len, part_released, p);
 	s3_mpu_part_async(u->up->s3, u->key, u->id, p->number, part, sha,
 			  part_done, p);
 }
@@ -130,11 +157,9 @@ static void part_done(const char *etag, const GError *error, void *user)
 		u->error = g_error_copy(error);
 	else if (!error)
 		g_ptr_array_index(u->etags, p->number - 1) = g_strdup(etag);
-	u->inflight--;
-	up->inflight--;
-	g_cond_broadcast(&up->cond);
+	p->answered = TRUE;
+	/* The slot is freed by part_released(), which follows. */
 	g_mutex_unlock(&up->lock);
-	g_free(p);
 }
 
 void uploader_wake(struct uploader *up)
