@@ -581,7 +581,7 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 		n->version++;
 	}
 	g_mutex_unlock(&ov->lock);
-	ok = overlay_flush(f, error);
+	ok = overlay_flush(f, NULL, error);
 	overlay_release(f);
 	return ok;
 }
@@ -593,7 +593,8 @@ void overlay_set_owner(struct ov_file *f, guint pid)
 	f->owner = pid;
 }
 
-gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
+gboolean overlay_close(struct ov_file *f, guint pid, const gint *stop,
+		       GError **error)
 {
 	gboolean ok;
 
@@ -606,7 +607,7 @@ gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
 	g_mutex_unlock(&f->ov->lock);
 	if (ok)
 		return TRUE;
-	ok = overlay_flush(f, error);
+	ok = overlay_flush(f, stop, error);
 	if (f->writable && f->owner) {
 		/* Closed by its opener: the name may be opened for writing
 		 * again before the kernel releases this handle. */
@@ -619,7 +620,7 @@ gboolean overlay_close(struct ov_file *f, guint pid, GError **error)
 	return ok;
 }
 
-gboolean overlay_flush(struct ov_file *f, GError **error)
+gboolean overlay_flush(struct ov_file *f, const gint *stop, GError **error)
 {
 	struct onode *n = f->n;
 	gboolean ok;
@@ -627,7 +628,7 @@ gboolean overlay_flush(struct ov_file *f, GError **error)
 	/* Not under ov->lock: wlock comes first. */
 	g_mutex_lock(&n->wlock);
 	if (f->writable && n->up)
-		ok = ov_stream_complete(f, error);
+		ok = ov_stream_complete(f, stop, error);
 	else
 		ok = flush_put(f, error);
 	g_mutex_unlock(&n->wlock);
@@ -743,7 +744,7 @@ void overlay_release(struct ov_file *f)
 	 * writer was told the file is not on S3.  Closed by its opener and
 	 * unused since, it was flushed then; its name may be another
 	 * handle's upload by now. */
-	if (!f->failed && !closed && !overlay_flush(f, &err)) {
+	if (!f->failed && !closed && !overlay_flush(f, NULL, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
 		log_error(LOG_LEVEL_ERR, err,

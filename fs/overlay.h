@@ -146,8 +146,12 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
  * Uploads the file if it changed since its last upload: completes its
  * multipart upload, or PUTs it whole.  After a failure the file is not
  * on S3 (an upload is aborted) and every later flush fails the same way.
+ * The wait for a streamed file's parts in flight ends with EINTR once
+ * *@stop (may be NULL) is set and overlay_wake() called: the upload is
+ * then aborted behind the caller (logged with the cause), and a later
+ * flush fails with EIO.
  */
-gboolean overlay_flush(struct ov_file *f, GError **error);
+gboolean overlay_flush(struct ov_file *f, const gint *stop, GError **error);
 
 /*
  * The process that opened @f: only its close() (FLUSH) completes the
@@ -159,9 +163,11 @@ void overlay_set_owner(struct ov_file *f, guint pid);
 /*
  * A close() by process @pid: overlay_flush() if @pid opened @f (or @f
  * is read-only); otherwise nothing is uploaded and any earlier failure
- * is returned.  overlay_release() uploads what is still pending.
+ * is returned.  overlay_release() uploads what is still pending.  @stop
+ * as for overlay_flush().
  */
-gboolean overlay_close(struct ov_file *f, guint pid, GError **error);
+gboolean overlay_close(struct ov_file *f, guint pid, const gint *stop,
+		       GError **error);
 
 /* Closes without uploading: the open never reached the caller. */
 void overlay_discard(struct ov_file *f);

@@ -88,7 +88,9 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 			 gsize size, const gint *stop, GError **error);
 
 /* Completes the streamed upload of @f's file (n->up set) with what is
- * buffered; aborts it after a failed write.  Under n->wlock. */
-gboolean ov_stream_complete(struct ov_file *f, GError **error);
+ * buffered; aborts it after a failed write, or once *@stop (may be NULL)
+ * is set while it waits (EINTR).  Under n->wlock. */
+gboolean ov_stream_complete(struct ov_file *f, const gint *stop,
+			    GError **error);
 
 #endif

@@ -302,10 +302,20 @@ void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size,
 void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct write_call wc = { .ov = data(req)->ov };
 	g_autoptr(GError) error = NULL;
+	gboolean ok = TRUE;
 
 	(void)ino;
-	if (h->of && !overlay_close(h->of, req_process(req), &error))
+	/* A signal to the closer (FUSE INTERRUPT) ends the wait for the
+	 * parts in flight: close() says EINTR, the upload is aborted. */
+	if (h->of && interrupt_hook(req, write_interrupted, &wc))
+		g_atomic_int_set(&wc.stop, 1);
+	if (h->of)
+		ok = overlay_close(h->of, req_process(req), &wc.stop, &error);
+	/* Returns once a running write_interrupted() has. */
+	fuse_req_interrupt_func(req, NULL, NULL);
+	if (!ok)
 		reply_ov_error(req, error, "close", h->key);
 	else
 		fuse_reply_err(req, 0);
@@ -320,10 +330,18 @@ void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync,
 	      struct fuse_file_info *fi)
 {
 	struct handle *h = (struct handle *)(uintptr_t)fi->fh;
+	struct write_call wc = { .ov = data(req)->ov };
 	g_autoptr(GError) error = NULL;
+	gboolean ok = TRUE;
 
 	(void)ino, (void)datasync;
-	if (h->of && !overlay_flush(h->of, &error))
+	/* Interrupted, as close(): EINTR and the upload aborted. */
+	if (h->of && interrupt_hook(req, write_interrupted, &wc))
+		g_atomic_int_set(&wc.stop, 1);
+	if (h->of)
+		ok = overlay_flush(h->of, &wc.stop, &error);
+	fuse_req_interrupt_func(req, NULL, NULL);
+	if (!ok)
 		reply_ov_error(req, error, "fsync", h->key);
 	else
 		fuse_reply_err(req, 0);

@@ -881,8 +881,7 @@ gboolean s3_put(struct s3 *s3, const char *key, GBytes *body,
 	/* Hashed once here, not per attempt on the event thread: bodies may
 	 * be gigabytes.  A signed payload also lets the server reject a body
 	 * damaged on the way. */
-	call->payload_sha256 = g_compute_checksum_for_data(
-		G_CHECKSUM_SHA256, p ? p : (const guchar *)"", len);
+	call->payload_sha256 = sigv4_payload_sha256(p, len);
 	g_ptr_array_add(call->sign_headers,
 			g_strdup_printf("Content-Type: %s",
 					content_type ? content_type
@@ -1236,20 +1235,28 @@ static enum http_verdict judge_complete(struct call *call,
 	if (s3_xml_parse_complete((const char *)resp->body->data,
 				  resp->body->len, &call->result, &info, &perr))
 		return HTTP_VERDICT_DONE;
+	/*
+	 * A 200 whose body is an <Error>, or not the result at all: S3
+	 * failed after sending the status line.  AWS documents it, and the
+	 * SDKs retry it, as a 500: the upload is still there to complete
+	 * (a retry that finds it gone is judged by upload.c).
+	 */
 	if (perr) {
-		g_set_error(error, BFS_ERROR, EPROTO, "%s%s%s%s", perr->message,
-			    rid ? " (RequestId: " : "", rid ? rid : "",
-			    rid ? ")" : "");
-		return HTTP_VERDICT_FAIL;
+		g_set_error(error, BFS_ERROR, EIO,
+			    "HTTP %ld with a bad body: %s%s%s%s", resp->status,
+			    perr->message, rid ? " (RequestId: " : "",
+			    rid ? rid : "", rid ? ")" : "");
+		return HTTP_VERDICT_RETRY;
 	}
-	g_set_error(error, BFS_ERROR,
-		    code_is_transient(info.code) ? EIO : EINVAL,
-		    "HTTP %ld %s: %s (RequestId: %s)", resp->status,
-		    info.code ? info.code : "(no code)",
-		    info.message ? info.message : "",
-		    info.request_id ? info.request_id : (rid ? rid : "none"));
-	return code_is_transient(info.code) ? HTTP_VERDICT_RETRY
-					    : HTTP_VERDICT_FAIL;
+	/* Retried whatever the code, as botocore does; the code still
+	 * says what the last failure means. */
+	g_set_error(
+		error, BFS_ERROR, code_is_transient(info.code) ? EIO : EINVAL,
+		"HTTP %ld with an error in its body: %s: %s (RequestId: %s)",
+		resp->status, info.code ? info.code : "(no code)",
+		info.message ? info.message : "",
+		info.request_id ? info.request_id : (rid ? rid : "none"));
+	return HTTP_VERDICT_RETRY;
 }
 
 static enum http_verdict
@@ -1304,15 +1311,16 @@ static struct call *mpu_call(struct s3 *s3, enum call_kind kind,
 	return call;
 }
 
-/* Signs @body's SHA-256 and sends it with @req. */
+/* Signs @body's SHA-256 (@sha256, hex, if the caller has it) and sends
+ * it with @req. */
 static void mpu_set_body(struct call *call, struct http_request *req,
-			 GBytes *body)
+			 GBytes *body, const char *sha256)
 {
 	gsize len;
 	const guchar *p = g_bytes_get_data(body, &len);
 
-	call->payload_sha256 = g_compute_checksum_for_data(
-		G_CHECKSUM_SHA256, p ? p : (const guchar *)"", len);
+	call->payload_sha256 =
+		sha256 ? g_strdup(sha256) : sigv4_payload_sha256(p, len);
 	http_request_set_upload(req, body);
 }
 
@@ -1327,7 +1335,7 @@ char *s3_mpu_create(struct s3 *s3, const char *key, GError **error)
 
 	g_ptr_array_add(call->sign_headers,
 			g_strdup("Content-Type: application/octet-stream"));
-	mpu_set_body(call, req, empty);
+	mpu_set_body(call, req, empty, NULL);
 	/* A retry may leave a second upload behind: aborted by the tool
 	 * that lists leftovers, never completed. */
 	http_request_set_idempotent(req, TRUE);
@@ -1339,8 +1347,8 @@ char *s3_mpu_create(struct s3 *s3, const char *key, GError **error)
 }
 
 void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
-		       guint part, GBytes *body, s3_part_done_fn done,
-		       void *user)
+		       guint part, GBytes *body, const char *sha256,
+		       s3_part_done_fn done, void *user)
 {
 	struct call *call = mpu_call(s3, CALL_MPU_PART, key, upload_id, part);
 	g_autofree char *what = NULL;
@@ -1349,7 +1357,7 @@ void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
 	what = g_strdup_printf("UploadPart %u of s3://%s/%s", part, s3->bucket,
 			       key);
 	req = request_for(call, what, -1);
-	mpu_set_body(call, req, body);
+	mpu_set_body(call, req, body, sha256);
 	/* The same part number again replaces the part: harmless. */
 	http_request_set_idempotent(req, TRUE);
 	call->part_done = done;
@@ -1371,7 +1379,7 @@ gboolean s3_mpu_complete(struct s3 *s3, const char *key, const char *upload_id,
 
 	g_ptr_array_add(call->sign_headers,
 			g_strdup("Content-Type: application/xml"));
-	mpu_set_body(call, req, body);
+	mpu_set_body(call, req, body, NULL);
 	http_request_set_idempotent(req, TRUE);
 	ok = run_sync(s3, call, req, &sync, error);
 	s3_object_meta_clear(&sync.meta);

@@ -225,10 +225,12 @@ typedef void (*s3_part_done_fn)(const char *etag, const GError *error,
 				void *user);
 
 /* Starts UploadPart @part (1..10000) of @body (referenced while in
- * flight), its SHA-256 signed.  Any thread; returns at once. */
+ * flight), its SHA-256 signed: @sha256 (hex, copied) if the caller has
+ * computed it (sigv4_payload_sha256()), else computed here, on the
+ * caller's thread.  Any thread; returns at once. */
 void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
-		       guint part, GBytes *body, s3_part_done_fn done,
-		       void *user);
+		       guint part, GBytes *body, const char *sha256,
+		       s3_part_done_fn done, void *user);
 
 /* CompleteMultipartUpload of parts 1..@n with ETags @etags; the object's
  * new ETag in *@etag (g_free; may be NULL) if @etag is not NULL.

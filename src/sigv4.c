@@ -413,6 +413,14 @@ static void sha256_hex(const char *data, gsize len,
 	hex_encode(md, SHA256_LEN, out);
 }
 
+char *sigv4_payload_sha256(const void *data, gsize len)
+{
+	char *out = g_malloc(2 * SHA256_LEN + 1);
+
+	sha256_hex(data ? data : "", len, out);
+	return out;
+}
+
 /* RFC 2104 on sha256_of(): the same bytes as HMAC(EVP_sha256(), ...). */
 #define SHA256_BLOCK 64
 static void hmac_sha256(const void *key, gsize key_len, const char *msg,

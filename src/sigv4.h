@@ -119,6 +119,15 @@ char **sigv4_sign(const struct sigv4_credentials *creds,
 		  const struct sigv4_request *req);
 
 /*
+ * The SHA-256 of the @len bytes at @data (NULL with @len 0: none), in
+ * lower-case hex: a payload's x-amz-content-sha256.  OpenSSL's, which
+ * uses the CPU's SHA instructions: about ten times GLib's GChecksum on
+ * parts of megabytes.  Returns a newly allocated string (g_free()).  Any
+ * thread.  No errors.
+ */
+char *sigv4_payload_sha256(const void *data, gsize len);
+
+/*
  * AWS URI encoding of the @len bytes at @s (@len -1: @s is NUL-terminated).
  * The unreserved bytes A-Z a-z 0-9 - . _ ~ are kept; every other byte,
  * including each byte of a UTF-8 sequence, becomes %XX with uppercase hex;

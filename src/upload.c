@@ -3,12 +3,19 @@
  * upload.c - multipart uploads, parts in flight bounded per uploader.
  * Lock: up->lock guards the budget and every upload's parts; it is never
  * held across a call into s3.
+ *
+ * A part's SHA-256 (signed as its payload hash) is computed on a thread
+ * of up->hashers, not the writer's: the writer goes on filling the next
+ * part meanwhile, and the parts in flight are hashed in parallel.  The
+ * part is the writer's buffer itself, referenced, never copied.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 
 #include "error.h"
 #include "log.h"
+#include "sigv4.h"
 #include "upload.h"
 
 struct uploader {
@@ -16,8 +23,10 @@ struct uploader {
 	guint64 part_size;
 	guint parts_max;
 	GMutex lock;
-	GCond cond;	/* a part ended */
-	guint inflight; /* protected by lock */
+	GCond cond;	       /* a part ended */
+	guint inflight;	       /* protected by lock */
+	GThreadPool *hashers;  /* hash_and_send(), parts_max threads at most */
+	GThreadPool *aborters; /* abort_later(): uploads whose closer left */
 };
 
 struct upload {
@@ -27,13 +36,65 @@ struct upload {
 	GPtrArray *etags; /* part i+1's ETag, NULL while in flight */
 	guint inflight;	  /* protected by up->lock */
 	GError *error;	  /* the first failed part; protected by up->lock */
+	GError *why;	  /* abort_later(): why it is aborted */
 };
 
-/* What the done callback of one part needs. */
+static void abort_later(gpointer data, gpointer pool_data);
+
+/* One part in flight: what its hasher and its done callback need. */
 struct part {
 	struct upload *u;
 	guint number;
+	GBytes *body;	   /* the writer's part, until the request lets go */
+	gboolean answered; /* part_done() ran; protected by up->lock */
 };
+
+static void part_done(const char *etag, const GError *error, void *user);
+
+/*
+ * The request let go of the part's bytes: only now is its slot free, so
+ * a new part is never mapped while an old one still is (the memory
+ * bound).  Any thread.
+ */
+static void part_released(gpointer data)
+{
+	struct part *p = data;
+	struct upload *u = p->u;
+	struct uploader *up = u->up;
+
+	g_clear_pointer(&p->body, g_bytes_unref);
+	g_mutex_lock(&up->lock);
+	if (!p->answered && !u->error)
+		u->error = g_error_new(BFS_ERROR, EIO,
+				       "part %u ended without an answer",
+				       p->number);
+	u->inflight--;
+	up->inflight--;
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+	g_free(p);
+}
+
+/* On a hasher thread: the part's SHA-256, then its UploadPart. */
+static void hash_and_send(gpointer data, gpointer pool_data)
+{
+	struct part *p = data;
+	struct upload *u = p->u;
+	g_autoptr(GBytes) part = NULL;
+	g_autofree char *sha = NULL;
+	const void *body;
+	gsize len;
+
+	(void)pool_data;
+	/* Named for top and /proc (a pool thread may have run an abort). */
+	pthread_setname_np(pthread_self(), "bfs-hash");
+	body = g_bytes_get_data(p->body, &len);
+	sha = sigv4_payload_sha256(body, len);
+	/* The same bytes, not copied; freeing it frees the slot. */
+	part = g_bytes_new_with_free_func(body, len, part_released, p);
+	s3_mpu_part_async(u->up->s3, u->key, u->id, p->number, part, sha,
+			  part_done, p);
+}
 
 struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 {
@@ -44,6 +105,11 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 	up->parts_max = parts_max ? parts_max : UPLOAD_DEFAULT_INFLIGHT;
 	g_mutex_init(&up->lock);
 	g_cond_init(&up->cond);
+	/* Not exclusive: its threads start when parts come, and end when
+	 * idle.  A non-exclusive pool cannot fail to be made. */
+	up->hashers = g_thread_pool_new(hash_and_send, up, (gint)up->parts_max,
+					FALSE, NULL);
+	up->aborters = g_thread_pool_new(abort_later, up, 4, FALSE, NULL);
 	return up;
 }
 
@@ -51,6 +117,9 @@ void uploader_free(struct uploader *up)
 {
 	if (!up)
 		return;
+	/* The aborters first: their uploads' parts may still be hashed. */
+	g_thread_pool_free(up->aborters, FALSE, TRUE);
+	g_thread_pool_free(up->hashers, FALSE, TRUE);
 	g_cond_clear(&up->cond);
 	g_mutex_clear(&up->lock);
 	g_free(up);
@@ -88,11 +157,9 @@ static void part_done(const char *etag, const GError *error, void *user)
 		u->error = g_error_copy(error);
 	else if (!error)
 		g_ptr_array_index(u->etags, p->number - 1) = g_strdup(etag);
-	u->inflight--;
-	up->inflight--;
-	g_cond_broadcast(&up->cond);
+	p->answered = TRUE;
+	/* The slot is freed by part_released(), which follows. */
 	g_mutex_unlock(&up->lock);
-	g_free(p);
 }
 
 void uploader_wake(struct uploader *up)
@@ -111,7 +178,9 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 		     GError **error)
 {
 	struct uploader *up = u->up;
+	g_autoptr(GError) err = NULL;
 	struct part *p;
+	guint number;
 
 	g_mutex_lock(&up->lock);
 	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
@@ -144,27 +213,43 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	p = g_new0(struct part, 1);
 	p->u = u;
 	p->number = u->etags->len;
+	p->body = g_bytes_ref(part);
+	number = p->number;
 	g_mutex_unlock(&up->lock);
-	s3_mpu_part_async(up->s3, u->key, u->id, p->number, part, part_done, p);
+	/* @p is the hasher's now, @u may be gone once the part ended. */
+	if (!g_thread_pool_push(up->hashers, p, &err))
+		/* Only a thread that could not start: the part waits in the
+		 * queue for a hasher that did. */
+		log_error(LOG_LEVEL_WARNING, err,
+			  "part %u of a multipart upload waits for a hashing "
+			  "thread",
+			  number);
 	return TRUE;
 }
 
-/* Waits until no part of @u is in flight; the first part error, copied. */
-static GError *drain(struct upload *u)
+/* Waits until no part of @u is in flight, or *@stop (may be NULL) is set
+ * (EINTR); the first part error, copied. */
+static GError *drain(struct upload *u, const gint *stop)
 {
 	struct uploader *up = u->up;
 	GError *e;
 
 	g_mutex_lock(&up->lock);
-	while (u->inflight)
+	while (u->inflight && !stopped(stop))
 		g_cond_wait(&up->cond, &up->lock);
-	e = u->error ? g_error_copy(u->error) : NULL;
+	if (u->inflight)
+		e = g_error_new(BFS_ERROR, EINTR,
+				"interrupted while %u parts were in flight",
+				u->inflight);
+	else
+		e = u->error ? g_error_copy(u->error) : NULL;
 	g_mutex_unlock(&up->lock);
 	return e;
 }
 
 static void upload_free(struct upload *u)
 {
+	g_clear_error(&u->why);
 	g_free(u->key);
 	g_free(u->id);
 	g_ptr_array_unref(u->etags);
@@ -176,7 +261,7 @@ void upload_abort(struct upload *u, const GError *why)
 {
 	g_autoptr(GError) err = NULL;
 	g_autofree char *k = log_escape(u->key, -1);
-	GError *e = drain(u);
+	GError *e = drain(u, NULL);
 
 	g_clear_error(&e);
 	if (!s3_mpu_abort(u->up->s3, u->key, u->id, &err) &&
@@ -194,6 +279,31 @@ void upload_abort(struct upload *u, const GError *why)
 			"multipart upload of '%s' aborted after %u parts", k,
 			u->etags->len);
 	upload_free(u);
+}
+
+/* On an aborter thread: the upload's closer did not wait for it. */
+static void abort_later(gpointer data, gpointer pool_data)
+{
+	struct upload *u = data;
+	g_autoptr(GError) why = g_steal_pointer(&u->why);
+
+	(void)pool_data;
+	pthread_setname_np(pthread_self(), "bfs-abort");
+	upload_abort(u, why);
+}
+
+/* Aborts @u on an aborter thread, logging @why (copied), once its parts
+ * in flight have ended; returns at once. */
+static void upload_abort_async(struct upload *u, const GError *why)
+{
+	g_autoptr(GError) err = NULL;
+
+	u->why = g_error_copy(why);
+	if (!g_thread_pool_push(u->up->aborters, u, &err))
+		/* Only a thread that could not start: it waits in the
+		 * queue for one that did. */
+		log_error(LOG_LEVEL_WARNING, err,
+			  "abort of a multipart upload waits for a thread");
 }
 
 /* @etag without its quotes, if it has them (g_free). */
@@ -280,19 +390,36 @@ static gboolean completed_anyway(struct upload *u, guint64 size, char **etag,
 	return ok;
 }
 
+/* @u's wait was interrupted (@err, EINTR): aborted behind the caller's
+ * back, so the caller returns now; the log gives the cause. */
+static gboolean interrupted(struct upload *u, GError *err, GError **error)
+{
+	g_autoptr(GError) why = g_error_new(
+		BFS_ERROR, EINTR,
+		"its completion was interrupted by a signal: %s", err->message);
+
+	upload_abort_async(u, why);
+	g_propagate_error(error, err);
+	return FALSE;
+}
+
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
-		       char **etag, GError **error)
+		       const gint *stop, char **etag, GError **error)
 {
 	g_autoptr(GError) err = NULL;
 	gboolean ok;
 
 	if (last && g_bytes_get_size(last) > 0 &&
-	    !upload_part(u, last, NULL, &err)) {
+	    !upload_part(u, last, stop, &err)) {
+		if (bfs_error_errno(err) == EINTR)
+			return interrupted(u, g_steal_pointer(&err), error);
 		upload_abort(u, NULL);
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
-	err = drain(u);
+	err = drain(u, stop);
+	if (err && bfs_error_errno(err) == EINTR)
+		return interrupted(u, g_steal_pointer(&err), error);
 	if (err) {
 		g_prefix_error(&err, "a part failed: ");
 		upload_abort(u, NULL);

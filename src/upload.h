@@ -17,6 +17,9 @@
  *
  * Threads: one writer per upload at a time (the caller serializes); any
  * thread except the HTTP engine's own.  The uploader outlives its uploads.
+ * Its own threads (GLib's pool threads, started as needed): up to
+ * parts_max hashers, each computing a part's SHA-256 and submitting it;
+ * up to 4 aborters, for the uploads whose upload_finish() was interrupted.
  */
 #ifndef BUCKETFS_UPLOAD_H
 #define BUCKETFS_UPLOAD_H
@@ -39,7 +42,8 @@ struct upload;
 /* An uploader over @s3 (borrowed); 0s take the defaults. */
 struct uploader *uploader_new(struct s3 *s3, guint64 part_size,
 			      guint parts_max);
-/* Frees; every upload must be finished or aborted. */
+/* Frees, once the aborts upload_finish() left behind are done; every
+ * other upload must be finished or aborted. */
 void uploader_free(struct uploader *up);
 
 guint64 uploader_part_size(const struct uploader *up);
@@ -58,17 +62,23 @@ struct upload *upload_start(struct uploader *up, const char *key,
 gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 		     GError **error);
 
-/* Wakes the waits of upload_part(), to see their *stop.  Any thread. */
+/* Wakes the waits of upload_part() and upload_finish(), to see their
+ * *stop.  Any thread. */
 void uploader_wake(struct uploader *up);
 
 /*
  * Sends @last (may be NULL or empty: nothing more), waits for every part
  * and completes the upload: the object @key appears, @size bytes, its
  * ETag in *@etag (g_free) if @etag is not NULL.  On failure the upload
- * is aborted (logged) and the error returned, for the caller to log.  Frees @u.
+ * is aborted (logged) and the error returned, for the caller to log.
+ * Once *@stop (atomic; may be NULL) is set (then uploader_wake()), the
+ * wait for a slot or for the parts in flight ends with EINTR: the
+ * upload is then aborted on a thread of the uploader, once its parts
+ * have ended, and the log says why.  (CompleteMultipartUpload itself,
+ * once sent, is waited for.)  Frees @u.
  */
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
-		       char **etag, GError **error);
+		       const gint *stop, char **etag, GError **error);
 
 /*
  * Waits for the parts in flight and aborts, logging that it did, with

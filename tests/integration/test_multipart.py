@@ -5,8 +5,10 @@ byte-exact, through the mount and S3; a small file still one PUT; what a
 writer may not do (out-of-order writes, a second writer, reading while
 written) gets its errno and a log line; a part failing with 500 or a
 reset is retried; a failing Complete fails close() and leaves no object
-and no upload; a daemon killed mid-file leaves an upload that
-`bucketfs-index uploads` lists and aborts."""
+and no upload, one answered 200 with an <Error> is retried; an
+interrupted close() aborts the upload; an endpoint that dies mid-file
+leaves the parts to the others; a daemon killed mid-file leaves an upload
+that `bucketfs-index uploads` lists and aborts."""
 
 import ctypes
 import errno
@@ -82,6 +84,13 @@ class MultipartCase(harness.MountCase):
         s = harness.Signer(self.url, self.ak, self.sk)
         self.addCleanup(s.close)
         return s
+
+    def check_on_s3(self, name, data):
+        """@name on S3 holds @data, and no upload is left."""
+        s = self.signer()
+        got = s3_get(s, self.bucket, name)
+        self.assertTrue(got == data, f"{name}: the bytes on S3 differ")
+        self.assertEqual(uploads(s, self.bucket), [])
 
     def check_round_trip(self, m, name, data, fsync=False):
         write_mib(m.path(name), data, fsync)
@@ -254,10 +263,7 @@ class TestServerMultipart(MultipartCase):
                 os.write(fd, data[off:off + MiB])
         finally:
             os.close(fd)
-        s = self.signer()
-        got = s3_get(s, self.bucket, "forked.pt")
-        self.assertTrue(got == data, "forked.pt: the bytes on S3 differ")
-        self.assertEqual(uploads(s, self.bucket), [])
+        self.check_on_s3("forked.pt", data)
 
     def test_unlinked_while_written_stays_gone(self):
         m = self.mount("unlinked")
@@ -347,6 +353,99 @@ class TestServerMultipart(MultipartCase):
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIn("interrupted while waiting for a part slot",
                       m.output())
+
+    def test_interrupted_close(self):
+        m = self.mount("intrclose")
+        libc = ctypes.CDLL(None, use_errno=True)
+        # Both parts slow: close() waits for them, until a signal the
+        # closer catches ends the wait (FUSE INTERRUPT).  close(2) itself,
+        # since os.close() hides EINTR.
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 3, "count": 2}])
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        try:
+            fd = os.open(m.path("intr.close"), os.O_CREAT | os.O_WRONLY,
+                         0o644)
+            os.write(fd, os.urandom(2 * PART))
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            rc = libc.close(fd)  # the descriptor is gone whatever it says
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.assertEqual((rc, err), (-1, errno.EINTR))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            self.server.clear_faults()
+        # Aborted once the slow parts ended, behind the closer's back
+        # (logged once the server has answered the abort).
+        s = self.signer()
+        logged = ("multipart upload of 'intr.close' aborted after 2 parts: "
+                  "its completion was interrupted by a signal: "
+                  "interrupted while 2 parts were in flight")
+        deadline = time.monotonic() + 120
+        while ((uploads(s, self.bucket) or logged not in m.output())
+               and time.monotonic() < deadline):
+            time.sleep(0.2)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertTrue(s3_get(s, self.bucket, "intr.close") is None)
+        out = m.output()
+        self.assertIn("close 'intr.close'", out)
+        self.assertIn(logged, out)
+        # The name can be written again.
+        self.check_round_trip(m, "intr.close", os.urandom(PART + MiB))
+
+    def test_complete_error_in_a_200_is_retried(self):
+        m = self.mount("error200")
+        # AWS may send CompleteMultipartUpload's 200 before it fails, with
+        # the <Error> in the body; and a body cut on the way is no result
+        # either: both retried like a 500.
+        self.server.faults([
+            {"op": "COMPLETE", "kind": "error_200", "count": 1},
+            {"op": "COMPLETE", "kind": "error_200", "count": 1,
+             "body": "<?xml version=\"1.0\"?><CompleteMultipartUpload"}])
+        try:
+            self.check_round_trip(m, "err200.pt", os.urandom(PART * 2))
+            rules = self.server.control("GET", "faults")["rules"]
+            self.assertEqual([r["hits"] for r in rules], [1, 1])
+        finally:
+            self.server.clear_faults()
+
+    def test_endpoint_dies_mid_file(self):
+        # Three endpoints, relays to the one server (whose uploads they
+        # share); the one a part is in flight through dies: that part and
+        # the rest go to the others, and the file is right.
+        proxies = [harness.CountingProxy(self.url) for _ in range(3)]
+        live = list(proxies)
+        try:
+            m = self.mount("dies", *(f"endpoint={p.url}" for p in proxies))
+            self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                                 "seconds": 2, "count": 2}])
+            data = os.urandom(PART * 5 + MiB)
+            fd = os.open(m.path("dies.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+            try:
+                os.write(fd, data[:2 * PART])
+                deadline = time.monotonic() + 60
+                while (not any(p.count("PUT") for p in proxies)
+                       and time.monotonic() < deadline):
+                    time.sleep(0.05)
+                dead = next(p for p in proxies if p.count("PUT"))
+                dead.stop()
+                dead_puts = dead.count("PUT")
+                live.remove(dead)
+                before = {id(p): p.count("PUT") for p in live}
+                for off in range(2 * PART, len(data), MiB):
+                    os.write(fd, data[off:off + MiB])
+            finally:
+                os.close(fd)
+            self.check_on_s3("dies.pt", data)
+            # The parts after its death went to the others.
+            self.assertEqual(dead.count("PUT"), dead_puts)
+            self.assertGreater(
+                sum(p.count("PUT") - before[id(p)] for p in live), 0)
+        finally:
+            self.server.clear_faults()
+            for p in live:
+                p.stop()
 
     def test_stopped_daemon_uploads_nothing_half_written(self):
         m = self.mount("stopped")

@@ -979,8 +979,9 @@ class Authenticator:
 
 FAULT_KINDS = frozenset(("status", "delay", "stall", "reset", "truncate", "bad_length",
                          "bad_range", "ignore_range", "drop", "malformed_xml", "empty_truncated",
-                         "repeat_token"))
+                         "repeat_token", "error_200"))
 LIST_ONLY_KINDS = frozenset(("malformed_xml", "empty_truncated", "repeat_token"))
+COMPLETE_ONLY_KINDS = frozenset(("error_200",))
 FAULT_FIELDS = {
     "op": str, "bucket": str, "key_prefix": str, "key_regex": str, "query_regex": str,
     "probability": (int, float),
@@ -1026,6 +1027,8 @@ class FaultRule:
         if self.seconds < 0:
             raise ValueError("seconds must not be negative")
         self.status, self.code = spec.get("status"), spec.get("code")
+        if self.kind == "error_200" and self.code is None:
+            self.code = "InternalError"
         if self.kind == "status":
             if self.status is None:
                 self.status = ERRORS.get(self.code, (500,))[0] if self.code else 503
@@ -1036,8 +1039,8 @@ class FaultRule:
                     self.status, "InternalError" if self.status >= 500 else "InvalidRequest")
         self.message = spec.get("message")
         self.body = spec.get("body")
-        if self.body is not None and self.kind != "status":
-            raise ValueError("body goes with kind status only")
+        if self.body is not None and self.kind not in ("status", "error_200"):
+            raise ValueError("body goes with kind status or error_200 only")
         self.matched = 0
         self.hits = 0
 
@@ -1045,6 +1048,8 @@ class FaultRule:
         if self.op != "ANY" and self.op != op:
             return False
         if self.kind in LIST_ONLY_KINDS and op != "LIST":
+            return False
+        if self.kind in COMPLETE_ONLY_KINDS and op != "COMPLETE":
             return False
         if self.kind in ("bad_range", "ignore_range") and not (op == "GET" and ranged):
             return False
@@ -1340,6 +1345,16 @@ class S3App:
                     return
                 elif fault.kind == "status":
                     raise S3Error(fault.code, fault.message, fault.status)
+                elif fault.kind == "error_200":
+                    # AWS: Complete may fail after its 200 went out; the
+                    # error is then in the body, and nothing completed.
+                    if fault.body is not None:
+                        resp = xml_response(fault.body)
+                    else:
+                        resp = self.error_response(S3Error(fault.code, fault.message), ctx, req)
+                        resp.status = 200
+                    req.send(resp, fault)
+                    return
             body = req.read_body()
             if payload_hash is not None and hashlib.sha256(body).hexdigest() != payload_hash:
                 raise S3Error("XAmzContentSHA256Mismatch", extra=[

@@ -247,6 +247,31 @@ static void test_session_token(void)
 	}
 }
 
+/* OpenSSL's SHA-256 of a payload, against GLib's and a known value, at
+ * sizes around its 64-byte blocks and one of megabytes. */
+static void test_payload_sha256(void)
+{
+	static const gsize sizes[] = { 0, 1, 55, 56, 63, 64, 65, 1000003 };
+	g_autofree guchar *buf = g_malloc(1000003);
+	g_autofree char *abc = sigv4_payload_sha256("abc", 3);
+	g_autofree char *none = sigv4_payload_sha256(NULL, 0);
+	gsize i;
+
+	for (i = 0; i < 1000003; i++)
+		buf[i] = (guchar)(i * 7 + i / 251);
+	g_assert_cmpstr(abc, ==,
+			"ba7816bf8f01cfea414140de5dae2223"
+			"b00361a396177a9cb410ff61f20015ad");
+	g_assert_cmpstr(none, ==, SIGV4_EMPTY_SHA256);
+	for (i = 0; i < G_N_ELEMENTS(sizes); i++) {
+		g_autofree char *got = sigv4_payload_sha256(buf, sizes[i]);
+		g_autofree char *want = g_compute_checksum_for_data(
+			G_CHECKSUM_SHA256, buf, sizes[i]);
+
+		g_assert_cmpstr(got, ==, want);
+	}
+}
+
 static void test_payload_hash(void)
 {
 	struct sigv4_request req = ex_request("GET", "/k", NULL);
@@ -576,6 +601,7 @@ int main(int argc, char **argv)
 	g_test_add_func("/sigv4/sign/headers", test_sign_headers);
 	g_test_add_func("/sigv4/sign/session-token", test_session_token);
 	g_test_add_func("/sigv4/sign/payload-hash", test_payload_hash);
+	g_test_add_func("/sigv4/payload-sha256", test_payload_sha256);
 	g_test_add_func("/sigv4/sign/deterministic", test_deterministic);
 	g_test_add_func("/sigv4/sign/key-changes", test_key_changes);
 	g_test_add_func("/sigv4/sign/invalid", test_invalid_requests);

@@ -4,7 +4,8 @@
 upload done directly (CreateMultipartUpload, the parts with this many in
 flight, CompleteMultipartUpload; SigV4 with the payload's SHA-256 signed,
 as bucketfs signs), alternating, medians of --reps.  The daemon's peak RSS
-is sampled every 50 ms while dd runs, and its VmHWM read at the end.
+is sampled every 50 ms while dd runs, and its VmHWM read at the end; the
+CPU its threads spent during each dd is printed by thread name.
 
 Against Ceph RGW on loopback (its own, or the suite's with BFS_RGW_URL);
 run it inside the machine-wide lock:
@@ -143,10 +144,30 @@ def rss_kib(pid, field):
     return 0
 
 
-def dd_through(mount, name, size, pid):
+def thread_cpu(pid):
+    """CPU seconds (user + system) of the daemon's threads, summed by
+    thread name ({name: seconds})."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue  # the thread ended meanwhile
+        name = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0) + (int(fields[11]) +
+                                        int(fields[12])) / tick
+    return out
+
+
+def dd_through(mount, name, size, pid, cpu=None):
     """Seconds for dd of @size bytes into the mount (close included) and the
-    daemon's peak RSS sampled meanwhile (KiB)."""
+    daemon's peak RSS sampled meanwhile (KiB); @cpu (a dict), if given,
+    gets the CPU seconds each thread name spent meanwhile."""
     count = size // MiB
+    before = thread_cpu(pid) if cpu is not None else None
     peak = [rss_kib(pid, "VmRSS")]
     stop = threading.Event()
 
@@ -165,6 +186,9 @@ def dd_through(mount, name, size, pid):
     t.join()
     if r.returncode != 0:
         raise RuntimeError(f"dd failed: {r.stderr}\n{mount.output()[-2000:]}")
+    if cpu is not None:
+        for k, v in thread_cpu(pid).items():
+            cpu[k] = round(v - before.get(k, 0), 2)
     return secs, peak[0]
 
 
@@ -196,14 +220,18 @@ def main():
             t0 = time.monotonic()
             d.upload(f"direct-{rep}", size, part, a.parts)
             res["direct_s"].append(time.monotonic() - t0)
-            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid)
+            cpu = {}
+            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid, cpu)
             res["mount_s"].append(secs)
+            res.setdefault("mount_thread_cpu_s", []).append(cpu)
             res["mount_peak_rss_kib"].append(peak)
             for k in (f"direct-{rep}", f"mount-{rep}"):
                 sig.delete(rgw.bucket, k)
             print(f"rep {rep + 1}: direct {size / MiB / res['direct_s'][-1]:.0f}"
                   f" MiB/s, mount {size / MiB / secs:.0f} MiB/s, peak RSS "
-                  f"{peak / 1024:.0f} MiB", flush=True)
+                  f"{peak / 1024:.0f} MiB; daemon CPU s by thread "
+                  f"{dict(sorted(cpu.items(), key=lambda kv: -kv[1]))}",
+                  flush=True)
         res["mount_vmhwm_kib"] = rss_kib(m.proc.pid, "VmHWM")
     finally:
         sig.close()
