@@ -1230,13 +1230,14 @@ def sec_soak(d, w):
           % (first["minute"], ", ".join("%s %d → %d" % (n, first["thread_names"].get(n, 0),
                                                         last["thread_names"].get(n, 0))
                                         for n in names)))
-    w("- **RSS** is what is live plus what the heap refaulted since its last trim: a "
-      "`bfs-done` thread gives the heap's free pages back every 10 s (`trim_heap()` in "
-      "`src/http.c`), so a peak of bodies in flight no longer raises the mark for good "
-      "(before: 43.5 → 48.4 MiB over 30 minutes, +0.12 MiB a minute, while glibc's "
-      "`malloc_stats()` showed the event threads' arenas holding 14–15 MB for 4–8 MB "
-      "in use). A sample taken just after a trim reads lower: the dips are that, "
-      "not memory freed by the mount's work.")
+    w("- **RSS**: a `bfs-done` thread gives the heap's free pages back every 10 s "
+      "(`trim_heap()` in `src/http.c`): glibc's `malloc_stats()` had shown the event "
+      "threads' arenas holding 14–15 MB for 4–8 MB in use, their free space a "
+      "high-water mark. A sample taken just after a trim reads lower (the dips). With "
+      "the trim the slope is still the table's: what grows after the first minute is "
+      "then not free heap that malloc keeps; its cause is not found yet (session 9; "
+      "before the trim and the workers' bound: 43.5 → 48.4 MiB over 30 minutes, "
+      "+0.12 MiB a minute).")
     if sm.get("errors"):
         w("- **Failed reads** (first ones): %s" % "; ".join(sm["errors"][:5]))
     w("")
