@@ -559,6 +559,31 @@ static void raise_kernel_readahead(struct mount *m, const char *real)
 			  "kernel_readahead needs root)");
 }
 
+/*
+ * How many libfuse workers a mount may start.  libfuse 3.14 starts one
+ * more whenever a request arrives and none is idle, up to this bound,
+ * and never stops one (max_idle_threads stays -1, which libfuse
+ * advises: starting threads costs more than keeping them).  So the pool
+ * grows to the most requests ever in a handler at once and a soak
+ * shows a slow climb to that peak (23 to 36 threads over 30 minutes
+ * with a bound of 64).  On a read-only mount no handler waits for the
+ * network: open and read are answered later, from the event and
+ * completion threads, lookup, getattr and readdir from the index in
+ * memory.  A worker there is busy only while it runs or waits for a
+ * lock, so workers beyond a few per CPU only queue for the CPUs:
+ * 2 per online CPU, at least 8, at most 64, a bound the first seconds
+ * of a busy mount reach.  A writable mount keeps 64: its close, fsync
+ * and unlink wait for their upload or DELETE in the worker.
+ */
+static unsigned int fuse_workers(const struct mount *m)
+{
+	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+
+	if (m->fs.writable)
+		return 64;
+	return (unsigned int)CLAMP(cpus * 2, 8, 64);
+}
+
 /* Mounts and runs the session until unmounted; returns the exit status. */
 static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 {
@@ -592,7 +617,7 @@ static int serve(struct mount *m, struct fuse_session *se, struct fs *fs)
 	log_msg(LOG_LEVEL_NOTICE, "mounted s3://%s/%s on %s (index %s)",
 		m->cfg.bucket, m->cfg.prefix, m->mountpoint, m->index_path);
 	lc = fuse_loop_cfg_create();
-	fuse_loop_cfg_set_max_threads(lc, 64);
+	fuse_loop_cfg_set_max_threads(lc, fuse_workers(m));
 	rc = fuse_session_loop_mt(se, lc);
 	/* libfuse's signal handlers end the loop with the signal's number:
 	 * SIGTERM and SIGINT ask for a clean unmount, which this is.  After
