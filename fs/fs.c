@@ -282,6 +282,7 @@ void fs_stop(struct fs *fs)
 		}
 	}
 	g_list_free(open);
+	overlay_quiesce(fs->ov);
 	fs_get_stats_sources(fs, &src);
 	stats_log_summary(&src);
 	stats_sources_clear(&src);

@@ -230,8 +230,14 @@ static struct ov_file *file_new(struct overlay *ov, struct onode *n,
 	f->n = n;
 	f->writable = writable;
 	n->opens++;
-	if (writable)
+	if (writable) {
+		/* A writer with none in use: the handles closed before it
+		 * are stale (ov_stale()). */
+		if (!ov_writers(n))
+			n->wgen++;
+		f->wgen = n->wgen;
 		n->writers++;
+	}
 	return f;
 }
 
@@ -507,50 +513,6 @@ void overlay_wake(struct overlay *ov)
 	uploader_wake(ov->up);
 }
 
-gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
-		       gsize size, const gint *stop, GError **error)
-{
-	struct onode *n = f->n;
-
-	if (!f->writable) {
-		g_set_error(error, BFS_ERROR, EBADF, "not open for writing");
-		return FALSE;
-	}
-	g_mutex_lock(&f->ov->lock);
-	if (f->closed) {
-		/* Written through a copy of the descriptor its opener
-		 * closed: in use again, unless another handle writes it. */
-		if (n->streamable && ov_writers(n)) {
-			g_mutex_unlock(&f->ov->lock);
-			g_set_error(error, BFS_ERROR, EBADF,
-				    "its opener closed it, and another handle "
-				    "writes '%s' now",
-				    n->key);
-			return FALSE;
-		}
-		f->closed = FALSE;
-		n->closed--;
-	}
-	if (n->streamable) {
-		g_mutex_unlock(&f->ov->lock);
-		return ov_stream_write(f, off, buf, size, stop, error);
-	}
-	g_mutex_unlock(&f->ov->lock);
-	if (off + size > f->ov->write_max || off + size < off) {
-		g_set_error(
-			error, BFS_ERROR, EFBIG,
-			"write past write_max (%" G_GUINT64_FORMAT
-			" bytes): files are buffered whole in writable mode",
-			f->ov->write_max);
-		ov_mark_broken(f->ov, n, *error);
-		return FALSE;
-	}
-	g_mutex_lock(&f->ov->lock);
-	ov_buffer_write(n, off, buf, size);
-	g_mutex_unlock(&f->ov->lock);
-	return TRUE;
-}
-
 gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 			  GError **error)
 {
@@ -596,27 +558,25 @@ void overlay_set_owner(struct ov_file *f, guint pid)
 gboolean overlay_close(struct ov_file *f, guint pid, const gint *stop,
 		       GError **error)
 {
+	GError *err = NULL;
 	gboolean ok;
 
 	if (f->writable && f->owner && pid != f->owner)
 		return TRUE;
+	ok = overlay_flush(f, stop, &err);
 	g_mutex_lock(&f->ov->lock);
-	/* Closed before and unused since: what streams now is another
-	 * handle's upload, never this one's to complete. */
-	ok = f->closed && f->n->streamable && ov_writers(f->n);
-	g_mutex_unlock(&f->ov->lock);
-	if (ok)
-		return TRUE;
-	ok = overlay_flush(f, stop, error);
-	if (f->writable && f->owner) {
-		/* Closed by its opener: the name may be opened for writing
-		 * again before the kernel releases this handle. */
-		g_mutex_lock(&f->ov->lock);
-		if (!f->closed)
-			f->n->closed++;
-		f->closed = TRUE;
-		g_mutex_unlock(&f->ov->lock);
+	/* Another handle's file now: nothing of this one's to send. */
+	if (!ok && ov_stale(f)) {
+		g_clear_error(&err);
+		ok = TRUE;
 	}
+	/* Closed by its opener: the name may be opened for writing again
+	 * before the kernel releases this handle. */
+	if (f->writable && f->owner)
+		ov_set_closed(f, TRUE);
+	g_mutex_unlock(&f->ov->lock);
+	if (err)
+		g_propagate_error(error, err);
 	return ok;
 }
 
@@ -651,6 +611,11 @@ static gboolean flush_put(struct ov_file *f, GError **error)
 	 * the last one S3 takes. */
 	while (n->uploading)
 		g_cond_wait(&ov->idle, &ov->lock);
+	if (ov_stale(f)) {
+		g_propagate_error(error, ov_stale_error(f));
+		g_mutex_unlock(&ov->lock);
+		return FALSE;
+	}
 	if (!f->writable || n->removed || n->version == n->uploaded) {
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
@@ -705,7 +670,10 @@ void overlay_stop(struct ov_file *f)
 	struct upload *up;
 	gboolean pending;
 
-	if (!f->writable) {
+	g_mutex_lock(&ov->lock);
+	pending = !f->writable || ov_stale(f);
+	g_mutex_unlock(&ov->lock);
+	if (pending) {
 		overlay_release(f);
 		return;
 	}
@@ -730,21 +698,31 @@ void overlay_stop(struct ov_file *f)
 	overlay_discard(f);
 }
 
+void overlay_quiesce(struct overlay *ov)
+{
+	if (ov && !uploader_wait_aborts(ov->up, 30 * G_USEC_PER_SEC))
+		log_msg(LOG_LEVEL_WARNING,
+			"unmount: the aborts of interrupted uploads did not "
+			"end in 30 s; those left stay on S3 (bucketfs-index "
+			"uploads --abort)");
+}
+
 void overlay_release(struct ov_file *f)
 {
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
 	g_autoptr(GError) err = NULL;
-	gboolean closed;
+	gboolean closed, stale;
 
 	g_mutex_lock(&ov->lock);
 	closed = f->closed;
+	stale = ov_stale(f);
 	g_mutex_unlock(&ov->lock);
 	/* After a failed upload that close() reported, no second try: the
 	 * writer was told the file is not on S3.  Closed by its opener and
 	 * unused since, it was flushed then; its name may be another
 	 * handle's upload by now. */
-	if (!f->failed && !closed && !overlay_flush(f, NULL, &err)) {
+	if (!f->failed && !closed && !stale && !overlay_flush(f, NULL, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
 		log_error(LOG_LEVEL_ERR, err,

@@ -179,6 +179,11 @@ void overlay_discard(struct ov_file *f);
  */
 void overlay_stop(struct ov_file *f);
 
+/* At unmount, after overlay_stop() of every open file and before the S3
+ * client shuts down: waits (bounded) for the aborts of interrupted
+ * closes, and logs those it leaves. */
+void overlay_quiesce(struct overlay *ov);
+
 /* Closes; uploads first if still dirty and no upload through this handle
  * failed yet (the error is logged). */
 void overlay_release(struct ov_file *f);

@@ -38,6 +38,7 @@ struct onode {
 	gboolean streamable; /* made (or emptied) by this mount */
 	guint writers;	     /* writable handles open */
 	guint closed;	     /* ... of them closed by their opener (ov_file) */
+	guint64 wgen;	     /* bumped when a writer opens with none in use */
 	guint64 base;	     /* file offset of data->data[0] */
 	gboolean sealed;     /* its upload completed: no more writes */
 	char *s3_etag;	     /* the ETag its upload completed with */
@@ -65,6 +66,7 @@ struct ov_file {
 	/* Its opener closed it (FLUSH): the kernel's RELEASE may come after
 	 * the next open, which must not find it still writing. */
 	gboolean closed;
+	guint64 wgen; /* n->wgen when it was opened */
 };
 
 /* The writable handles of @n still in use: those whose opener has not
@@ -72,6 +74,32 @@ struct ov_file {
 static inline guint ov_writers(const struct onode *n)
 {
 	return n->writers - n->closed;
+}
+
+/* Whether @f was closed by its opener and its name opened for writing
+ * since: another handle's file, which @f must not write, flush, truncate
+ * or abort.  Under ov->lock. */
+static inline gboolean ov_stale(const struct ov_file *f)
+{
+	return f->writable && f->wgen != f->n->wgen;
+}
+
+/* What @f (ov_stale()) gets for anything but its close.  Under ov->lock. */
+static inline GError *ov_stale_error(const struct ov_file *f)
+{
+	return g_error_new(BFS_ERROR, EBADF,
+			   "its opener closed it, and another handle writes "
+			   "'%s' now",
+			   f->n->key);
+}
+
+/* Marks @f closed by its opener (TRUE) or in use again.  Under
+ * ov->lock. */
+static inline void ov_set_closed(struct ov_file *f, gboolean closed)
+{
+	if (f->closed != closed)
+		f->n->closed += closed ? 1 : -1;
+	f->closed = closed;
 }
 
 /* Remembers the first failed write of @n, so that close() fails too.

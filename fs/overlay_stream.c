@@ -236,6 +236,11 @@ gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
 	}
+	if (ov_stale(f)) {
+		g_propagate_error(error, ov_stale_error(f));
+		g_mutex_unlock(&ov->lock);
+		return FALSE;
+	}
 	up = g_steal_pointer(&n->up);
 	if (n->broken) {
 		err = g_error_new(BFS_ERROR, bfs_error_errno(n->broken),
@@ -326,7 +331,7 @@ gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error)
 		return overlay_truncate(ov, n->node, size, error);
 	g_mutex_lock(&n->wlock);
 	g_mutex_lock(&ov->lock);
-	why = resize_refused(ov, n, size);
+	why = ov_stale(f) ? ov_stale_error(f) : resize_refused(ov, n, size);
 	/* A writable handle has the bytes (a completed one, none: its size
 	 * stays). */
 	if (!why && size != n->size && n->data) {
@@ -344,4 +349,62 @@ gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error)
 	if (why)
 		g_propagate_error(error, why);
 	return !why;
+}
+
+static gboolean write_buffered(struct ov_file *f, guint64 off, const char *buf,
+			       gsize size, const gint *stop, GError **error);
+
+gboolean overlay_write(struct ov_file *f, guint64 off, const char *buf,
+		       gsize size, const gint *stop, GError **error)
+{
+	gboolean closed, ok;
+
+	if (!f->writable) {
+		g_set_error(error, BFS_ERROR, EBADF, "not open for writing");
+		return FALSE;
+	}
+	g_mutex_lock(&f->ov->lock);
+	if (ov_stale(f)) {
+		g_propagate_error(error, ov_stale_error(f));
+		g_mutex_unlock(&f->ov->lock);
+		return FALSE;
+	}
+	/* Written through a copy of the descriptor its opener closed: in
+	 * use again while the write runs, and after it if it was taken. */
+	closed = f->closed;
+	ov_set_closed(f, FALSE);
+	g_mutex_unlock(&f->ov->lock);
+	ok = write_buffered(f, off, buf, size, stop, error);
+	if (!ok && closed) {
+		g_mutex_lock(&f->ov->lock);
+		ov_set_closed(f, TRUE);
+		g_mutex_unlock(&f->ov->lock);
+	}
+	return ok;
+}
+
+static gboolean write_buffered(struct ov_file *f, guint64 off, const char *buf,
+			       gsize size, const gint *stop, GError **error)
+{
+	struct onode *n = f->n;
+
+	g_mutex_lock(&f->ov->lock);
+	if (n->streamable) {
+		g_mutex_unlock(&f->ov->lock);
+		return ov_stream_write(f, off, buf, size, stop, error);
+	}
+	g_mutex_unlock(&f->ov->lock);
+	if (off + size > f->ov->write_max || off + size < off) {
+		g_set_error(
+			error, BFS_ERROR, EFBIG,
+			"write past write_max (%" G_GUINT64_FORMAT
+			" bytes): files are buffered whole in writable mode",
+			f->ov->write_max);
+		ov_mark_broken(f->ov, n, *error);
+		return FALSE;
+	}
+	g_mutex_lock(&f->ov->lock);
+	ov_buffer_write(n, off, buf, size);
+	g_mutex_unlock(&f->ov->lock);
+	return TRUE;
 }

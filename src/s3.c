@@ -1248,6 +1248,17 @@ static enum http_verdict judge_complete(struct call *call,
 			    rid ? rid : "", rid ? ")" : "");
 		return HTTP_VERDICT_RETRY;
 	}
+	/* The upload gone, as a 404 says it: a Complete retried after its
+	 * answer was lost (upload.c looks for the object). */
+	if (!g_strcmp0(info.code, "NoSuchUpload")) {
+		g_set_error(error, BFS_ERROR, ENOENT,
+			    "HTTP %ld with an error in its body: NoSuchUpload: "
+			    "%s (RequestId: %s)",
+			    resp->status, info.message ? info.message : "",
+			    info.request_id ? info.request_id
+					    : (rid ? rid : "none"));
+		return HTTP_VERDICT_FAIL;
+	}
 	/* Retried whatever the code, as botocore does; the code still
 	 * says what the last failure means. */
 	g_set_error(

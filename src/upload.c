@@ -27,6 +27,7 @@ struct uploader {
 	guint inflight;	       /* protected by lock */
 	GThreadPool *hashers;  /* hash_and_send(), parts_max threads at most */
 	GThreadPool *aborters; /* abort_later(): uploads whose closer left */
+	guint aborts;	       /* ... pushed and not done; under lock */
 };
 
 struct upload {
@@ -96,6 +97,9 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 			  part_done, p);
 }
 
+static GThreadPool *pool_new(GFunc fn, gpointer data, guint threads,
+			     const char *what);
+
 struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 {
 	struct uploader *up = g_new0(struct uploader, 1);
@@ -105,12 +109,31 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 	up->parts_max = parts_max ? parts_max : UPLOAD_DEFAULT_INFLIGHT;
 	g_mutex_init(&up->lock);
 	g_cond_init(&up->cond);
-	/* Not exclusive: its threads start when parts come, and end when
-	 * idle.  A non-exclusive pool cannot fail to be made. */
-	up->hashers = g_thread_pool_new(hash_and_send, up, (gint)up->parts_max,
-					FALSE, NULL);
-	up->aborters = g_thread_pool_new(abort_later, up, 4, FALSE, NULL);
+	up->hashers = pool_new(hash_and_send, up, up->parts_max, "hashing");
+	up->aborters = pool_new(abort_later, up, 2, "abort");
 	return up;
+}
+
+/*
+ * A pool of @threads threads started now and kept, so that a part or an
+ * abort pushed later never waits for a thread that cannot start (a
+ * non-exclusive pool queues the job even then, and nothing would ever
+ * run it).  If they cannot start now, a pool that starts them on demand.
+ */
+static GThreadPool *pool_new(GFunc fn, gpointer data, guint threads,
+			     const char *what)
+{
+	g_autoptr(GError) err = NULL;
+	GThreadPool *pool =
+		g_thread_pool_new(fn, data, (gint)threads, TRUE, &err);
+
+	if (pool)
+		return pool;
+	log_error(LOG_LEVEL_WARNING, err,
+		  "multipart uploads: %u %s threads could not start; they "
+		  "start when needed",
+		  threads, what);
+	return g_thread_pool_new(fn, data, (gint)threads, FALSE, NULL);
 }
 
 void uploader_free(struct uploader *up)
@@ -218,8 +241,9 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	g_mutex_unlock(&up->lock);
 	/* @p is the hasher's now, @u may be gone once the part ended. */
 	if (!g_thread_pool_push(up->hashers, p, &err))
-		/* Only a thread that could not start: the part waits in the
-		 * queue for a hasher that did. */
+		/* Only in a pool made on demand (pool_new()), whose thread
+		 * could not start: the part waits in the queue for one that
+		 * did. */
 		log_error(LOG_LEVEL_WARNING, err,
 			  "part %u of a multipart upload waits for a hashing "
 			  "thread",
@@ -287,9 +311,30 @@ static void abort_later(gpointer data, gpointer pool_data)
 	struct upload *u = data;
 	g_autoptr(GError) why = g_steal_pointer(&u->why);
 
+	struct uploader *up = u->up;
+
 	(void)pool_data;
 	pthread_setname_np(pthread_self(), "bfs-abort");
 	upload_abort(u, why);
+	g_mutex_lock(&up->lock);
+	up->aborts--;
+	g_cond_broadcast(&up->cond);
+	g_mutex_unlock(&up->lock);
+}
+
+gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us)
+{
+	gint64 end = g_get_monotonic_time() + timeout_us;
+	gboolean done = TRUE;
+
+	if (!up)
+		return TRUE;
+	g_mutex_lock(&up->lock);
+	while (up->aborts && done)
+		done = g_cond_wait_until(&up->cond, &up->lock, end);
+	done = !up->aborts;
+	g_mutex_unlock(&up->lock);
+	return done;
 }
 
 /* Aborts @u on an aborter thread, logging @why (copied), once its parts
@@ -299,6 +344,9 @@ static void upload_abort_async(struct upload *u, const GError *why)
 	g_autoptr(GError) err = NULL;
 
 	u->why = g_error_copy(why);
+	g_mutex_lock(&u->up->lock);
+	u->up->aborts++;
+	g_mutex_unlock(&u->up->lock);
 	if (!g_thread_pool_push(u->up->aborters, u, &err))
 		/* Only a thread that could not start: it waits in the
 		 * queue for one that did. */

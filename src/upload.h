@@ -46,6 +46,11 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size,
  * other upload must be finished or aborted. */
 void uploader_free(struct uploader *up);
 
+/* Waits up to @timeout_us for the aborts upload_finish() left behind
+ * (an interrupted close); TRUE if none is left.  Before s3_shutdown(),
+ * or they fail cancelled and leave their uploads on S3. */
+gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us);
+
 guint64 uploader_part_size(const struct uploader *up);
 
 /* CreateMultipartUpload of @key (copied).  NULL with the cause chain. */

@@ -229,14 +229,20 @@ class WritableTest(harness.MountCase):
             with open(p, "wb") as f:
                 f.write(b"second")
                 f.flush()
-                with self.assertRaises(OSError) as cm:
-                    os.write(fd, b"old handle")
-                self.assertEqual(cm.exception.errno, errno.EBADF)
+                # Neither written, synced nor cut through it: that is
+                # the other handle's file now.
+                for act in (lambda: os.write(fd, b"old handle"),
+                            lambda: os.fsync(fd),
+                            lambda: os.ftruncate(fd, 0)):
+                    with self.assertRaises(OSError) as cm:
+                        act()
+                    self.assertEqual(cm.exception.errno, errno.EBADF)
+                f.write(b" and more")
         finally:
             os.close(fd)
-        self.assertEqual(self.s3_get(".again"), b"second")
+        self.assertEqual(self.s3_get(".again"), b"second and more")
         with open(p, "rb") as f:
-            self.assertEqual(f.read(), b"second")
+            self.assertEqual(f.read(), b"second and more")
         os.unlink(p)
 
     def test_holes_large_files_and_other_users(self):
