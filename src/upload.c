@@ -54,8 +54,9 @@ static void part_done(const char *etag, const GError *error, void *user);
 
 /*
  * The request let go of the part's bytes: only now is its slot free, so
- * a new part is never mapped while an old one still is (the memory
- * bound).  Any thread.
+ * no more than write_parts parts wait or travel at once (a writer's next
+ * part is mapped before it waits for a slot: one more per file).  Any
+ * thread.
  */
 static void part_released(gpointer data)
 {
