@@ -25,8 +25,8 @@ struct uploader {
 	GMutex lock;
 	GCond cond;	       /* a part ended */
 	guint inflight;	       /* protected by lock */
-	GThreadPool *hashers;  /* hash_and_send(), parts_max threads at most */
-	GThreadPool *aborters; /* abort_later(): uploads whose closer left */
+	struct pool *hashers;  /* hash_and_send(), parts_max threads */
+	struct pool *aborters; /* abort_later(): uploads whose closer left */
 	guint aborts;	       /* ... pushed and not done; under lock */
 };
 
@@ -98,8 +98,10 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 			  part_done, p);
 }
 
-static GThreadPool *pool_new(GFunc fn, gpointer data, guint threads,
-			     const char *what);
+static struct pool *pool_new(GFunc fn, gpointer data, guint threads,
+			     const char *name);
+static void pool_push(struct pool *pool, gpointer job);
+static void pool_free(struct pool *pool);
 
 struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 {
@@ -110,31 +112,106 @@ struct uploader *uploader_new(struct s3 *s3, guint64 part_size, guint parts_max)
 	up->parts_max = parts_max ? parts_max : UPLOAD_DEFAULT_INFLIGHT;
 	g_mutex_init(&up->lock);
 	g_cond_init(&up->cond);
-	up->hashers = pool_new(hash_and_send, up, up->parts_max, "hashing");
-	up->aborters = pool_new(abort_later, up, 2, "abort");
+	up->hashers = pool_new(hash_and_send, up, up->parts_max, "bfs-hash");
+	up->aborters = pool_new(abort_later, up, 2, "bfs-abort");
 	return up;
 }
 
 /*
- * A pool of @threads threads started now and kept, so that a part or an
- * abort pushed later never waits for a thread that cannot start (a
- * non-exclusive pool queues the job even then, and nothing would ever
- * run it).  If they cannot start now, a pool that starts them on demand.
+ * A few threads started with the mount and kept, running @fn on each job
+ * pushed, in order.  Not GLib's GThreadPool: a non-exclusive one queues a
+ * job even when its thread cannot start (and nothing would ever run it),
+ * and its hand-off is invisible to ThreadSanitizer.
  */
-static GThreadPool *pool_new(GFunc fn, gpointer data, guint threads,
-			     const char *what)
-{
-	g_autoptr(GError) err = NULL;
-	GThreadPool *pool =
-		g_thread_pool_new(fn, data, (gint)threads, TRUE, &err);
+struct pool {
+	GFunc fn;
+	gpointer data;
+	GMutex lock;
+	GCond cond;	  /* a job came, or closing */
+	GQueue jobs;	  /* protected by lock */
+	gboolean closing; /* protected by lock */
+	GPtrArray *threads;
+};
 
-	if (pool)
-		return pool;
-	log_error(LOG_LEVEL_WARNING, err,
-		  "multipart uploads: %u %s threads could not start; they "
-		  "start when needed",
-		  threads, what);
-	return g_thread_pool_new(fn, data, (gint)threads, FALSE, NULL);
+static gpointer pool_main(gpointer data)
+{
+	struct pool *pool = data;
+	gpointer job;
+
+	g_mutex_lock(&pool->lock);
+	for (;;) {
+		while (!(job = g_queue_pop_head(&pool->jobs)) && !pool->closing)
+			g_cond_wait(&pool->cond, &pool->lock);
+		if (!job)
+			break;
+		g_mutex_unlock(&pool->lock);
+		pool->fn(job, pool->data);
+		g_mutex_lock(&pool->lock);
+	}
+	g_mutex_unlock(&pool->lock);
+	return NULL;
+}
+
+static struct pool *pool_new(GFunc fn, gpointer data, guint threads,
+			     const char *name)
+{
+	struct pool *pool = g_new0(struct pool, 1);
+	guint i;
+
+	pool->fn = fn;
+	pool->data = data;
+	g_mutex_init(&pool->lock);
+	g_cond_init(&pool->cond);
+	g_queue_init(&pool->jobs);
+	pool->threads = g_ptr_array_new();
+	for (i = 0; i < threads; i++) {
+		g_autoptr(GError) err = NULL;
+		GThread *t = g_thread_try_new(name, pool_main, pool, &err);
+
+		if (!t) {
+			/* With none, each job runs on the thread that
+			 * pushes it (pool_push()). */
+			log_error(LOG_LEVEL_WARNING, err,
+				  "multipart uploads: %u of %u %s threads "
+				  "started",
+				  i, threads, name);
+			break;
+		}
+		g_ptr_array_add(pool->threads, t);
+	}
+	return pool;
+}
+
+static void pool_push(struct pool *pool, gpointer job)
+{
+	gboolean queued;
+
+	g_mutex_lock(&pool->lock);
+	queued = pool->threads->len > 0;
+	if (queued) {
+		g_queue_push_tail(&pool->jobs, job);
+		g_cond_signal(&pool->cond);
+	}
+	g_mutex_unlock(&pool->lock);
+	if (!queued)
+		pool->fn(job, pool->data);
+}
+
+/* Runs the jobs still queued, then joins the threads. */
+static void pool_free(struct pool *pool)
+{
+	guint i;
+
+	g_mutex_lock(&pool->lock);
+	pool->closing = TRUE;
+	g_cond_broadcast(&pool->cond);
+	g_mutex_unlock(&pool->lock);
+	for (i = 0; i < pool->threads->len; i++)
+		g_thread_join(g_ptr_array_index(pool->threads, i));
+	g_ptr_array_unref(pool->threads);
+	g_cond_clear(&pool->cond);
+	g_mutex_clear(&pool->lock);
+	g_free(pool);
 }
 
 void uploader_free(struct uploader *up)
@@ -142,8 +219,8 @@ void uploader_free(struct uploader *up)
 	if (!up)
 		return;
 	/* The aborters first: their uploads' parts may still be hashed. */
-	g_thread_pool_free(up->aborters, FALSE, TRUE);
-	g_thread_pool_free(up->hashers, FALSE, TRUE);
+	pool_free(up->aborters);
+	pool_free(up->hashers);
 	g_cond_clear(&up->cond);
 	g_mutex_clear(&up->lock);
 	g_free(up);
@@ -202,9 +279,7 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 		     GError **error)
 {
 	struct uploader *up = u->up;
-	g_autoptr(GError) err = NULL;
 	struct part *p;
-	guint number;
 
 	g_mutex_lock(&up->lock);
 	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
@@ -238,17 +313,9 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	p->u = u;
 	p->number = u->etags->len;
 	p->body = g_bytes_ref(part);
-	number = p->number;
 	g_mutex_unlock(&up->lock);
 	/* @p is the hasher's now, @u may be gone once the part ended. */
-	if (!g_thread_pool_push(up->hashers, p, &err))
-		/* Only in a pool made on demand (pool_new()), whose thread
-		 * could not start: the part waits in the queue for one that
-		 * did. */
-		log_error(LOG_LEVEL_WARNING, err,
-			  "part %u of a multipart upload waits for a hashing "
-			  "thread",
-			  number);
+	pool_push(up->hashers, p);
 	return TRUE;
 }
 
@@ -342,17 +409,11 @@ gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us)
  * in flight have ended; returns at once. */
 static void upload_abort_async(struct upload *u, const GError *why)
 {
-	g_autoptr(GError) err = NULL;
-
 	u->why = g_error_copy(why);
 	g_mutex_lock(&u->up->lock);
 	u->up->aborts++;
 	g_mutex_unlock(&u->up->lock);
-	if (!g_thread_pool_push(u->up->aborters, u, &err))
-		/* Only a thread that could not start: it waits in the
-		 * queue for one that did. */
-		log_error(LOG_LEVEL_WARNING, err,
-			  "abort of a multipart upload waits for a thread");
+	pool_push(u->up->aborters, u);
 }
 
 /* @etag without its quotes, if it has them (g_free). */
