@@ -712,17 +712,17 @@ void overlay_release(struct ov_file *f)
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
 	g_autoptr(GError) err = NULL;
-	gboolean closed, stale;
+	gboolean closed;
 
+	/* A stale handle (ov_stale()) is a closed one. */
 	g_mutex_lock(&ov->lock);
 	closed = f->closed;
-	stale = ov_stale(f);
 	g_mutex_unlock(&ov->lock);
 	/* After a failed upload that close() reported, no second try: the
 	 * writer was told the file is not on S3.  Closed by its opener and
 	 * unused since, it was flushed then; its name may be another
 	 * handle's upload by now. */
-	if (!f->failed && !closed && !stale && !overlay_flush(f, NULL, &err)) {
+	if (!f->failed && !closed && !overlay_flush(f, NULL, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
 		log_error(LOG_LEVEL_ERR, err,
@@ -732,8 +732,7 @@ void overlay_release(struct ov_file *f)
 	n->opens--;
 	if (f->writable)
 		n->writers--;
-	if (closed)
-		n->closed--;
+	ov_set_closed(f, FALSE);
 	/* The last writer gone, completed or failed, nothing of it is
 	 * streaming any more: the name can be opened again. */
 	if (!n->writers)

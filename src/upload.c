@@ -10,7 +10,6 @@
  * part is the writer's buffer itself, referenced, never copied.
  */
 #include <errno.h>
-#include <pthread.h>
 #include <string.h>
 
 #include "error.h"
@@ -88,8 +87,6 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 	gsize len;
 
 	(void)pool_data;
-	/* Named for top and /proc (a pool thread may have run an abort). */
-	pthread_setname_np(pthread_self(), "bfs-hash");
 	body = g_bytes_get_data(p->body, &len);
 	sha = sigv4_payload_sha256(body, len);
 	/* The same bytes, not copied; freeing it frees the slot. */
@@ -378,11 +375,9 @@ static void abort_later(gpointer data, gpointer pool_data)
 {
 	struct upload *u = data;
 	g_autoptr(GError) why = g_steal_pointer(&u->why);
-
 	struct uploader *up = u->up;
 
 	(void)pool_data;
-	pthread_setname_np(pthread_self(), "bfs-abort");
 	upload_abort(u, why);
 	g_mutex_lock(&up->lock);
 	up->aborts--;
