@@ -9,14 +9,15 @@ RGW, step by step as dlio_benchmark's checkpointing does it
       os.fsync(f.fileno())          # checkpoint_fsync: True
   ... and the optimizer states the same way, then torch.load() of both.
 
-The real dlio_benchmark cannot run here: it imports hydra-core and
-pydftracer, which Debian does not package, and wants torch >= 2.2 (Debian
-has 1.13).  This replays its calls with Debian's python3-torch
-(/usr/bin/python3).  The state: int8 tensors (DLIO's default datatype, from
-torch.randint as its get_tensor_core() does), --model-gib for the model
-file and half of that for the optimizer's.  Prints the seconds and GiB/s of
-each save and load, checks the bytes (torch.equal), and that no multipart
-upload is left.  Run inside the bench lock:
+The real dlio_benchmark runs here too, from its repository with Hydra and
+pydftracer beside it (docs/DLIO.md, "The real DLIO on this project's
+machine"), but its tensors are random and not kept.  This replays its
+calls with Debian's python3-torch (/usr/bin/python3) and compares the
+bytes read back with the state written.  The state: int8 tensors (DLIO's
+default datatype, from torch.randint as its get_tensor_core() does),
+--model-gib for the model file and half of that for the optimizer's.
+Prints the seconds and GiB/s of each save and load, checks the bytes
+(torch.equal), and that no multipart upload is left.  Run inside the bench lock:
 
   flock /work/wt/bench.lock /usr/bin/python3 tools/bench/checkpoint.py \\
       [--model-gib 1.25] [--steps 2] [--part-size 16M] [--parts 4]
