@@ -253,8 +253,9 @@ struct http_request {
 	/* Its loop's only, once taken (before: under http->lock). */
 	struct loop *loop; /* the one it lives on, NULL until taken */
 	guint attempt;	   /* the round */
-	guint unreachable; /* rounds that reached no endpoint, not counted in
-			    * max_attempts (retry_deadline) */
+	guint unreachable; /* rounds that reached no endpoint or stalled, not
+			    * counted in max_attempts (retry_deadline) */
+	guint silent;	   /* of those, the stalled ones */
 	guint range_200;   /* 200s to its Range too big for its body */
 	gint64 start_us;
 	gint64 round_us;
@@ -1001,12 +1002,25 @@ static char *chain_prefix(const struct http_request *req,
 
 	if (!ep)
 		return g_strdup_printf("%s: ", req->what);
-	if (req->unreachable)
+	if (req->unreachable && !req->silent)
 		return g_strdup_printf(
 			"%s via %s (attempt %u/%u, %.1f s, after %u attempts "
 			"that reached no endpoint): ",
 			req->what, ep->url, req->attempt - req->unreachable,
 			req->max_attempts, t, req->unreachable);
+	if (req->unreachable && req->unreachable == req->silent)
+		return g_strdup_printf(
+			"%s via %s (attempt %u/%u, %.1f s, after %u attempts "
+			"that stalled): ",
+			req->what, ep->url, req->attempt - req->unreachable,
+			req->max_attempts, t, req->silent);
+	if (req->unreachable)
+		return g_strdup_printf(
+			"%s via %s (attempt %u/%u, %.1f s, after %u attempts "
+			"that reached no endpoint and %u that stalled): ",
+			req->what, ep->url, req->attempt - req->unreachable,
+			req->max_attempts, t, req->unreachable - req->silent,
+			req->silent);
 	return g_strdup_printf("%s via %s (attempt %u/%u, %.1f s): ", req->what,
 			       ep->url, req->attempt, req->max_attempts, t);
 }
@@ -1717,23 +1731,29 @@ static void round_lost(struct loop *l, struct attempt *a,
 		struct http *http = l->http;
 		gint64 age = g_get_monotonic_time() - req->start_us;
 
-		gboolean waited = f == FAULT_UNREACHABLE &&
-				  http->retry_deadline_us && req->unreachable;
+		/* No connection, or a server that took the request and
+		 * then sent nothing for stall_timeout: both say the store
+		 * is not answering now, not that this request is wrong. */
+		gboolean waitable = f == FAULT_UNREACHABLE || a->stalled;
+		gboolean waited =
+			waitable && http->retry_deadline_us && req->unreachable;
 
-		/* Within retry_deadline, a round that reached no endpoint
-		 * is not one of max_attempts: the store may be back soon.
-		 * Past it, such a round ends a request that waited. */
-		if (f == FAULT_UNREACHABLE && http->retry_deadline_us &&
+		/* Within retry_deadline, such a round is not one of
+		 * max_attempts: the store may answer soon.  Past it, such
+		 * a round ends a request that waited. */
+		if (waitable && http->retry_deadline_us &&
 		    age < http->retry_deadline_us) {
 			req->unreachable++;
+			req->silent += a->stalled;
 			waited = FALSE;
 		}
 		if (waited) {
-			g_prefix_error(
-				&error,
-				"no endpoint reachable for retry_deadline "
-				"(%.0f s): ",
-				http->retry_deadline_us / 1e6);
+			g_prefix_error(&error,
+				       a->stalled ? "no endpoint answered for "
+						    "retry_deadline (%.0f s): "
+						  : "no endpoint reachable for "
+						    "retry_deadline (%.0f s): ",
+				       http->retry_deadline_us / 1e6);
 		} else if (req->attempt - req->unreachable <
 			   req->max_attempts) {
 			schedule_retry(l, a, error, f);

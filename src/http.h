@@ -49,11 +49,14 @@
  *     retry at once on a new connection, then a cap of backoff_base / 10
  *     (a new connection is the remedy, not time);
  *   - no connection at all (refused, connect timeout, no DNS answer): at
- *     once on another healthy endpoint, else a cap of at most 1 s.  While
- *     a request is younger than retry_deadline, these attempts are not
- *     counted in max_attempts, so a store down for less than that is
- *     waited for; past it, the next such failure ends the request with
- *     "no endpoint reachable for retry_deadline (N s)".
+ *     once on another healthy endpoint, else a cap of at most 1 s.
+ * While a request is younger than retry_deadline, the attempts that
+ * reached no endpoint and those that stalled (the server took the
+ * request, then sent nothing for stall_timeout) are not counted in
+ * max_attempts, so a store down or silent for less than that is waited
+ * for; past it, the next such failure ends the request with "no endpoint
+ * reachable for retry_deadline (N s)" or "no endpoint answered for
+ * retry_deadline (N s)".
  * Every retry but those that reached no endpoint takes a token of the
  * retry budget, a token bucket as in the AWS SDKs: 100 tokens, half a
  * token earned by each request's first attempt and 10 a second.  A retry

@@ -274,8 +274,10 @@ class ClientTest(unittest.TestCase):
     def test_persistent_stall_names_timeout(self):
         self.server.faults([{"op": "GET", "kind": "stall",
                              "after_bytes": 10, "seconds": 30}])
+        # retry_deadline=0: the stalls count in max_attempts.
         r = self.get("dir/blob.bin", opts=["stall_timeout=1",
-                                           "max_attempts=2"])
+                                           "max_attempts=2",
+                                           "retry_deadline=0"])
         self.assertEqual(r.returncode, errno.ETIMEDOUT, r.stderr)
         self.assertIn(b"(attempt 2/2", r.stderr)
         self.assertRegex(r.stderr, rb"stalled: no byte moved for \d+\.\d s "

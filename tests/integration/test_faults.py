@@ -457,7 +457,10 @@ class BrokenTransferTest(FaultTestBase):
         self.unmount(m)
 
     def test_persistent_broken_bodies_fail(self):
-        m = self.mount("syn", "max_attempts=2", "stall_timeout=1")
+        # retry_deadline=0: a stall counts in max_attempts like the others
+        # (by default a silent server is waited for: the next two tests).
+        m = self.mount("syn", "max_attempts=2", "stall_timeout=1",
+                       "retry_deadline=0")
         cases = [
             ({"kind": "stall", "after_bytes": 5000, "seconds": 30},
              errno.ETIMEDOUT,
@@ -487,6 +490,47 @@ class BrokenTransferTest(FaultTestBase):
                 self.assert_fails(m, key, err_no,
                                   read_re(key) + get_re("syn", key, "2/2") +
                                   cause, BOUND_FAST)
+        self.unmount(m)
+
+    def test_stalls_within_the_deadline_are_waited_for(self):
+        """A server that takes the request and then sends nothing is
+        waited for like one that is down: within retry_deadline its stalls
+        are not counted in max_attempts."""
+        m = self.mount("syn", "max_attempts=2", "stall_timeout=1",
+                       "retry_deadline=30")
+        for after in (0, 5000):
+            with self.subTest(after_bytes=after):
+                key = fresh_key()
+                # Four stalls in a row: twice max_attempts.
+                self.server.faults([{"kind": "stall", "after_bytes": after,
+                                     "seconds": 30, "count": 4, "op": "GET",
+                                     "key_regex": re.escape(key)}])
+                secs = self.assert_reads(m, key, BOUND_RETRY)
+                self.assertEqual(self.rule_hits(), [4])
+                self.assertGreaterEqual(secs, 4)
+        self.server.clear_faults()
+        self.unmount(m)
+
+    def test_stalls_past_the_deadline_fail_with_it(self):
+        # max_attempts=1: counted, the first stall would end the read.
+        m = self.mount("syn", "max_attempts=1", "stall_timeout=1",
+                       "retry_deadline=5")
+        key = fresh_key()
+        self.server.faults([{"kind": "stall", "after_bytes": 5000,
+                             "seconds": 30, "op": "GET",
+                             "key_regex": re.escape(key)}])
+        t0 = time.monotonic()
+        self.assert_fails(
+            m, key, errno.ETIMEDOUT,
+            read_re(key) + rf"GET s3://syn/{re.escape(key)} via "
+            r"https?://\S+ \(attempt 1/1, [\d.]+ s, after [1-9]\d* "
+            r"attempts that stalled\): no endpoint answered for "
+            r"retry_deadline \(5 s\): stalled: no byte moved for \d+\.\d s "
+            r"\(stall_timeout\), 5000 body bytes in", BOUND_FAST)
+        self.assertGreaterEqual(time.monotonic() - t0, 5)
+        # More attempts than max_attempts, each a stall of 1-2 s.
+        self.assertGreaterEqual(self.rule_hits()[0], 2)
+        self.server.clear_faults()
         self.unmount(m)
 
     def test_shifted_content_range_in_windows(self):

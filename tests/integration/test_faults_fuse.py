@@ -38,9 +38,10 @@ if not os.path.exists("/dev/fuse"):
 N = 200
 SIZE = 65536
 # Reads against a stalled or dead server give up after about
-# max_attempts x (stall_timeout + backoff); BOUND is a generous "doesn't
-# hang" bound over that, not a performance figure.
-RETRY = "max_attempts=2,stall_timeout=2,connect_timeout=1"
+# max_attempts x (stall_timeout + backoff) with retry_deadline=0 (by
+# default a silent or unreachable store is waited for 60 s); BOUND is a
+# generous "doesn't hang" bound over that, not a performance figure.
+RETRY = "max_attempts=2,stall_timeout=2,connect_timeout=1,retry_deadline=0"
 BOUND = 60
 # Metadata is answered from the mapped index: "at once" is checked with a
 # bound that only a request to the dead endpoint could exceed.
@@ -380,7 +381,7 @@ class FuseFaults(harness.MountCase):
 
     def test_every_endpoint_refused(self):
         dead = f"http://127.0.0.1:{harness.free_port()}"
-        m = self.mount("retry_deadline=0", endpoint=dead)
+        m = self.mount(endpoint=dead)
         self.check_dead(m, r"curl 7 \(Couldn't connect to server\).*"
                         r"Connection refused")
         r = subprocess.run(["fusermount3", "-u", m.dir], timeout=BOUND)

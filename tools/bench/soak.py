@@ -11,7 +11,9 @@ with no answer, and a body 7 bytes short.  One endpoint, the index built
 beforehand.
 
 Each minute it records the daemon's RSS (VmRSS), descriptors (/proc/PID/fd)
-and threads, and the reads done and failed.  Writes a JSON of the samples
+and threads, and the reads done and failed; and, of the RSS, the part in
+glibc's thread arenas (the event threads' bodies) with those arenas'
+extent (what they took from their heaps, a high-water mark).  Writes a JSON of the samples
 and a plot (python3-matplotlib from Debian), and prints a Markdown table
 for docs/BENCHMARKS.md.
 
@@ -124,6 +126,32 @@ def reader_proc(mnt, keys, hashes, threads, stop_at, q, seed):
     q.put(("errors", errors[:20]))
 
 
+# glibc's thread arenas live in heaps of HEAP_MAX_SIZE (64 MiB on 64-bit),
+# mapped aligned to it; the read-write part is what the arena has taken
+# from its heap so far (its extent: it never gives the top of it back below
+# M_TRIM_THRESHOLD, 128 MiB here), the rest is PROT_NONE.
+ARENA_ALIGN = 64 << 20
+
+
+def arenas(pid):
+    """(RSS, extent) in KiB of the daemon's thread-arena heaps, from
+    /proc/PID/smaps: anonymous rw-p mappings that start 64 MiB-aligned."""
+    rss = size = 0
+    cur = False
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if "-" in head[0] and len(head) >= 5 and ":" not in head[0]:
+                lo, hi = (int(x, 16) for x in head[0].split("-"))
+                cur = (len(head) == 5 and head[1] == "rw-p"
+                       and lo % ARENA_ALIGN == 0)
+                if cur:
+                    size += (hi - lo) // 1024
+            elif cur and head[0] == "Rss:":
+                rss += int(head[1])
+    return rss, size
+
+
 def sample(pid):
     with open(f"/proc/{pid}/status") as f:
         st = dict(line.split(":", 1) for line in f if ":" in line)
@@ -137,7 +165,10 @@ def sample(pid):
         except OSError:
             continue
         names[n] = names.get(n, 0) + 1
+    arena_rss, arena_size = arenas(pid)
     return {"rss_mib": int(st["VmRSS"].split()[0]) / 1024,
+            "arena_rss_mib": arena_rss / 1024,
+            "arena_extent_mib": arena_size / 1024,
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "threads": int(st["Threads"]),
             "thread_names": names,
@@ -152,7 +183,16 @@ def plot(samples, path, title):
     fig, ax = plt.subplots(3, 1, figsize=(8, 7), sharex=True)
     for a, k, lab in zip(ax, ("rss_mib", "fds", "threads"),
                          ("RSS (MiB)", "descriptors", "threads")):
-        a.plot(t, [s[k] for s in samples], marker="o")
+        a.plot(t, [s[k] for s in samples], marker="o",
+               label="VmRSS" if k == "rss_mib" else None)
+        if k == "rss_mib" and all("arena_rss_mib" in s for s in samples):
+            a.plot(t, [s["arena_extent_mib"] for s in samples], marker=".",
+                   label="thread arenas: extent")
+            a.plot(t, [s["arena_rss_mib"] for s in samples], marker=".",
+                   label="thread arenas: RSS")
+            a.plot(t, [s["rss_mib"] - s["arena_rss_mib"] for s in samples],
+                   marker=".", label="the rest of VmRSS")
+            a.legend(fontsize=7, loc="lower right")
         a.set_ylabel(lab)
         a.set_ylim(bottom=0, top=max(s[k] for s in samples) * 1.3 + 1)
         a.grid(True, alpha=0.3)
@@ -258,7 +298,8 @@ def main():
                          reads=ok, failed=failed,
                          faults=server.stats()["faults_injected"])
                 samples.append(s)
-                log("minute %(minute)5.1f: RSS %(rss_mib)6.1f MiB, %(fds)3d fds, "
+                log("minute %(minute)5.1f: RSS %(rss_mib)6.1f MiB (arenas "
+                    "%(arena_rss_mib).1f of %(arena_extent_mib).1f), %(fds)3d fds, "
                     "%(threads)2d threads, %(reads)d reads, %(failed)d failed, "
                     "%(faults)d faults, load %(load1).1f; threads %(thread_names)s"
                     % s)
@@ -286,7 +327,9 @@ def main():
         "after_minute_1": {k: {"min": min(s[k] for s in after),
                                "max": max(s[k] for s in after),
                                "median": statistics.median(s[k] for s in after)}
-                           for k in ("rss_mib", "fds", "threads")} if after else {},
+                           for k in ("rss_mib", "arena_rss_mib",
+                                     "arena_extent_mib", "fds", "threads")}
+        if after else {},
         "load1_median": statistics.median(s["load1"] for s in samples),
     }
     print(json.dumps(summary, indent=1))
