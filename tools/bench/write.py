@@ -10,7 +10,7 @@ CPU its threads spent during each dd is printed by thread name.
 Against Ceph RGW on loopback (its own, or the suite's with BFS_RGW_URL);
 run it inside the machine-wide lock:
 
-  flock /work/wt/bench.lock /usr/bin/python3 tools/bench/write.py \\
+  flock /var/tmp/bucketfs-bench/run.lock /usr/bin/python3 tools/bench/write.py \\
       [--size 4G] [--part-size 16M] [--parts 4] [--reps 3] [--json OUT]
 
 Both sides write zeros: dd from /dev/zero, the direct side one zero part
@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -199,7 +200,14 @@ def main():
     ap.add_argument("--parts", type=int, default=4, help="parts in flight")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds: start no rep that would end past it "
+                         "(judged by the last rep's time); the medians "
+                         "are then of the reps done (0: none)")
     a = ap.parse_args()
+    # A timeout's TERM still unmounts and stops RGW (the finally below).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    started = time.monotonic()
     size, part = parse_size(a.size), parse_size(a.part_size)
     size -= size % MiB
     rgw = harness.RGW("wbench")
@@ -217,6 +225,13 @@ def main():
            "direct_s": [], "mount_s": [], "mount_peak_rss_kib": []}
     try:
         for rep in range(a.reps):
+            spent = time.monotonic() - started
+            last = (res["direct_s"][-1] + res["mount_s"][-1]
+                    if res["mount_s"] else 0)
+            if a.deadline and rep and spent + last > a.deadline:
+                print(f"deadline: {rep} of {a.reps} reps done in "
+                      f"{spent:.0f} s", flush=True)
+                break
             t0 = time.monotonic()
             d.upload(f"direct-{rep}", size, part, a.parts)
             res["direct_s"].append(time.monotonic() - t0)
@@ -237,16 +252,20 @@ def main():
         sig.close()
         m.unmount()
         rgw.stop()
+    res["reps_done"] = len(res["mount_s"])
     md, mm = statistics.median(res["direct_s"]), statistics.median(res["mount_s"])
     res["direct_mib_s"] = size / MiB / md
     res["mount_mib_s"] = size / MiB / mm
     res["ratio"] = md / mm
-    print(f"median of {a.reps}: direct {res['direct_mib_s']:.0f} MiB/s, "
+    print(f"median of {res['reps_done']}: direct {res['direct_mib_s']:.0f} MiB/s, "
           f"mount {res['mount_mib_s']:.0f} MiB/s, ratio {res['ratio']:.2f}; "
           f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
-          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); bound over "
-          f"the idle daemon (write_parts + 2) x part_size = "
-          f"{(a.parts + 2) * part / MiB:.0f} MiB")
+          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); idle "
+          f"{res['idle_rss_kib'] / 1024:.0f} MiB; bound over the idle "
+          f"daemon (write_parts + 2) x part_size + 1 MiB (a write) + "
+          f"1 MiB per FUSE worker that took a write = "
+          f"{(a.parts + 2) * part / MiB + 1:.0f} MiB + workers")
+    res["bound_over_idle_kib"] = ((a.parts + 2) * part + MiB) // 1024
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
