@@ -291,11 +291,12 @@ static gboolean stopped(const gint *stop)
 	return stop && g_atomic_int_get(stop);
 }
 
-gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
-		     GError **error)
+/* Waits for a slot and books it for part number *@number of @u.  Under
+ * nothing; takes up->lock. */
+static gboolean book_slot(struct upload *u, const gint *stop, guint *number,
+			  GError **error)
 {
 	struct uploader *up = u->up;
-	struct part *p;
 
 	g_mutex_lock(&up->lock);
 	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
@@ -325,14 +326,51 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	g_ptr_array_add(u->etags, NULL);
 	u->inflight++;
 	up->inflight++;
+	*number = u->etags->len;
+	g_mutex_unlock(&up->lock);
+	return TRUE;
+}
+
+gboolean upload_part_cut(struct upload *u, upload_cut_fn cut, void *data,
+			 const gint *stop, GError **error)
+{
+	struct uploader *up = u->up;
+	struct part *p;
+	GBytes *part;
+	guint number;
+
+	if (!book_slot(u, stop, &number, error))
+		return FALSE;
+	part = cut(data, error);
+	if (!part) {
+		/* The last part booked is this one: the writer is alone. */
+		g_mutex_lock(&up->lock);
+		g_ptr_array_set_size(u->etags, number - 1);
+		u->inflight--;
+		up->inflight--;
+		g_cond_broadcast(&up->cond);
+		g_mutex_unlock(&up->lock);
+		return FALSE;
+	}
 	p = g_new0(struct part, 1);
 	p->u = u;
-	p->number = u->etags->len;
-	p->body = g_bytes_ref(part);
-	g_mutex_unlock(&up->lock);
+	p->number = number;
+	p->body = part;
 	/* @p is the hasher's now, @u may be gone once the part ended. */
 	pool_push(up->hashers, p);
 	return TRUE;
+}
+
+static GBytes *cut_given(void *data, GError **error)
+{
+	(void)error;
+	return g_bytes_ref(data);
+}
+
+gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
+		     GError **error)
+{
+	return upload_part_cut(u, cut_given, part, stop, error);
 }
 
 /* Waits until no part of @u is in flight, or *@stop (may be NULL) is set

@@ -145,6 +145,25 @@ def rss_kib(pid, field):
     return 0
 
 
+def rss_by_mapping(pid):
+    """The daemon's resident memory by kind of mapping, in KiB: an
+    anonymous one by its size (a part is its own part_size mapping,
+    unless the kernel merged neighbours), a file by its name."""
+    out = {}
+    cur = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            w = line.split()
+            if "-" in w[0] and not w[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in w[0].split("-"))
+                name = os.path.basename(w[5]) if len(w) > 5 else "anon"
+                cur = f"{name} {(hi - lo) >> 20} MiB" if name in (
+                    "anon", "[heap]") else name
+            elif w[0] == "Rss:" and int(w[1]):
+                out[cur] = out.get(cur, 0) + int(w[1])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:12])
+
+
 def thread_cpu(pid):
     """CPU seconds (user + system) of the daemon's threads, summed by
     thread name ({name: seconds})."""
@@ -163,10 +182,11 @@ def thread_cpu(pid):
     return out
 
 
-def dd_through(mount, name, size, pid, cpu=None):
+def dd_through(mount, name, size, pid, cpu=None, where=None):
     """Seconds for dd of @size bytes into the mount (close included) and the
     daemon's peak RSS sampled meanwhile (KiB); @cpu (a dict), if given,
-    gets the CPU seconds each thread name spent meanwhile."""
+    gets the CPU seconds each thread name spent meanwhile, and @where (a
+    dict) the RSS by mapping at the peak (read at each new peak)."""
     count = size // MiB
     before = thread_cpu(pid) if cpu is not None else None
     peak = [rss_kib(pid, "VmRSS")]
@@ -174,7 +194,11 @@ def dd_through(mount, name, size, pid, cpu=None):
 
     def sample():
         while not stop.wait(0.05):
-            peak[0] = max(peak[0], rss_kib(pid, "VmRSS"))
+            now = rss_kib(pid, "VmRSS")
+            if where is not None and now > peak[0] + 1024:
+                where.clear()
+                where.update(rss_by_mapping(pid))
+            peak[0] = max(peak[0], now)
 
     t = threading.Thread(target=sample)
     t.start()
@@ -235,8 +259,10 @@ def main():
             t0 = time.monotonic()
             d.upload(f"direct-{rep}", size, part, a.parts)
             res["direct_s"].append(time.monotonic() - t0)
-            cpu = {}
-            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid, cpu)
+            cpu, where = {}, {}
+            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid, cpu,
+                                    where)
+            res.setdefault("mount_peak_rss_by_mapping_kib", []).append(where)
             res["mount_s"].append(secs)
             res.setdefault("mount_thread_cpu_s", []).append(cpu)
             res["mount_peak_rss_kib"].append(peak)
@@ -244,7 +270,8 @@ def main():
                 sig.delete(rgw.bucket, k)
             print(f"rep {rep + 1}: direct {size / MiB / res['direct_s'][-1]:.0f}"
                   f" MiB/s, mount {size / MiB / secs:.0f} MiB/s, peak RSS "
-                  f"{peak / 1024:.0f} MiB; daemon CPU s by thread "
+                  f"{peak / 1024:.0f} MiB (by mapping, KiB: {where}); "
+                  f"daemon CPU s by thread "
                   f"{dict(sorted(cpu.items(), key=lambda kv: -kv[1]))}",
                   flush=True)
         res["mount_vmhwm_kib"] = rss_kib(m.proc.pid, "VmHWM")
