@@ -289,10 +289,10 @@ def main():
           f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
           f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); idle "
           f"{res['idle_rss_kib'] / 1024:.0f} MiB; bound over the idle "
-          f"daemon (write_parts + 2) x part_size + 1 MiB (a write) + "
+          f"daemon (write_parts + 1) x part_size + 1 MiB (a write) + "
           f"1 MiB per FUSE worker that took a write = "
-          f"{(a.parts + 2) * part / MiB + 1:.0f} MiB + workers")
-    res["bound_over_idle_kib"] = ((a.parts + 2) * part + MiB) // 1024
+          f"{(a.parts + 1) * part / MiB + 1:.0f} MiB + workers")
+    res["bound_over_idle_kib"] = ((a.parts + 1) * part + MiB) // 1024
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
