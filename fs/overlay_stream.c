@@ -111,17 +111,42 @@ static GError *stream_refuses(struct onode *n, guint64 off, guint64 ps)
 	return NULL;
 }
 
-/* Sends @part, starting the upload first if need be; on failure the
- * upload is aborted (after an interrupt, at close: the write returns at
- * once, without waiting for the parts in flight).  Under n->wlock. */
-static gboolean send_part(struct overlay *ov, struct onode *n, GBytes *part,
+struct cut_call {
+	struct overlay *ov;
+	struct onode *n;
+	guint64 ps;
+};
+
+/* upload_part_cut()'s: the next part, once it has its slot. */
+static GBytes *cut_booked(void *data, GError **error)
+{
+	struct cut_call *c = data;
+	GBytes *part;
+
+	g_mutex_lock(&c->ov->lock);
+	/* The writer holds n->wlock: nothing else shrank the buffer. */
+	g_assert(c->n->data->len >= c->ps);
+	part = cut_part(c->n, c->ps, error);
+	g_mutex_unlock(&c->ov->lock);
+	return part;
+}
+
+/*
+ * Sends the buffer's first part, starting the upload first if need be:
+ * it is cut only once it has a slot, so a writer waiting for one holds
+ * no part beside its buffer.  On failure the upload is aborted (after an
+ * interrupt, at close: the write returns at once, without waiting for
+ * the parts in flight).  Under n->wlock, not ov->lock.
+ */
+static gboolean send_part(struct overlay *ov, struct onode *n, guint64 ps,
 			  const gint *stop, GError **error)
 {
 	g_autoptr(GError) err = NULL;
+	struct cut_call c = { ov, n, ps };
 
 	if (!n->up)
 		n->up = upload_start(ov->up, n->key, &err);
-	if (n->up && upload_part(n->up, part, stop, &err))
+	if (n->up && upload_part_cut(n->up, cut_booked, &c, stop, &err))
 		return TRUE;
 	g_prefix_error(&err, "multipart upload: ");
 	if (bfs_error_errno(err) == EINTR) {
@@ -197,20 +222,10 @@ gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
 	}
 	ov_buffer_write(n, off, buf, size);
 	while (ok && n->data->len >= ps) {
-		g_autoptr(GError) err = NULL;
-		g_autoptr(GBytes) part = cut_part(n, ps, &err);
-
-		if (!part) {
-			/* This write fails, its bytes buffered: the file
-			 * is not what the writer was told. */
-			if (!n->broken)
-				n->broken = g_error_copy(err);
-			g_propagate_error(error, g_steal_pointer(&err));
-			ok = FALSE;
-			break;
-		}
+		/* A part that cannot be cut (mapped) fails this write, its
+		 * bytes buffered: the file is broken, its upload aborted. */
 		g_mutex_unlock(&ov->lock);
-		ok = send_part(ov, n, part, stop, error);
+		ok = send_part(ov, n, ps, stop, error);
 		g_mutex_lock(&ov->lock);
 	}
 	g_mutex_unlock(&ov->lock);
@@ -262,8 +277,10 @@ gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 	ok = upload_finish(up, last, size, stop, &etag, &err);
 	g_clear_pointer(&last, g_bytes_unref);
 	/* The file's buffer, freed on another thread than the one that grew
-	 * it, would stay cached in that malloc arena: give it back, so the
-	 * daemon's RSS after a checkpoint is what it was before. */
+	 * it, would stay cached in that malloc arena: give back what is in
+	 * its bins.  (The top of a thread's arena is not trimmed by glibc:
+	 * up to part_size + a write stays resident there, measured, and is
+	 * what that FUSE worker's next file buffers in.) */
 	malloc_trim(0);
 	g_mutex_lock(&ov->lock);
 	n->uploading = FALSE;

@@ -224,12 +224,13 @@ struct attempt {
 	/* The stall clock (on_progress()): when a byte last moved, what had. */
 	gint64 moved_us;
 	curl_off_t moved_dl, moved_ul;
-	gboolean sent;	  /* the request is on its way */
-	gboolean stalled; /* aborted by it */
-	CURLcode rc;	  /* how its transfer ended */
-	gboolean ranged;  /* it asks for a Range */
-	long body_status; /* the status its body came with */
-	GList hedge_link; /* in loop->hedge_wait when data is set */
+	gboolean sent;	    /* the request is on its way */
+	gboolean stalled;   /* aborted by it */
+	gboolean cancelled; /* aborted by on_progress(): http_cancel_set() */
+	CURLcode rc;	    /* how its transfer ended */
+	gboolean ranged;    /* it asks for a Range */
+	long body_status;   /* the status its body came with */
+	GList hedge_link;   /* in loop->hedge_wait when data is set */
 	char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -246,9 +247,10 @@ struct http_request {
 	gsize body_limit;
 	gsize body_reserve;
 	GBytes *upload;
-	int pinned;	    /* endpoint index or -1 */
-	guint max_attempts; /* 0 = the engine's */
-	gint64 submit_us;   /* http_submit() */
+	int pinned;		    /* endpoint index or -1 */
+	guint max_attempts;	    /* 0 = the engine's */
+	struct http_cancel *cancel; /* NULL: none */
+	gint64 submit_us;	    /* http_submit() */
 
 	/* Its loop's only, once taken (before: under http->lock). */
 	struct loop *loop; /* the one it lives on, NULL until taken */
@@ -688,6 +690,53 @@ void http_request_pin_endpoint(struct http_request *req, guint index)
 	req->pinned = (int)index;
 }
 
+/* A flag that its requests' loops read: no lock, no wake-up. */
+struct http_cancel {
+	gatomicrefcount refs;
+	gint set; /* atomic */
+};
+
+struct http_cancel *http_cancel_new(void)
+{
+	struct http_cancel *c = g_new0(struct http_cancel, 1);
+
+	g_atomic_ref_count_init(&c->refs);
+	return c;
+}
+
+struct http_cancel *http_cancel_ref(struct http_cancel *c)
+{
+	g_atomic_ref_count_inc(&c->refs);
+	return c;
+}
+
+void http_cancel_unref(struct http_cancel *c)
+{
+	if (c && g_atomic_ref_count_dec(&c->refs))
+		g_free(c);
+}
+
+void http_cancel_set(struct http_cancel *c)
+{
+	g_atomic_int_set(&c->set, 1);
+}
+
+gboolean http_cancel_is_set(const struct http_cancel *c)
+{
+	return c && g_atomic_int_get(&c->set);
+}
+
+void http_request_set_cancel(struct http_request *req, struct http_cancel *c)
+{
+	g_clear_pointer(&req->cancel, http_cancel_unref);
+	req->cancel = c ? http_cancel_ref(c) : NULL;
+}
+
+static GError *caller_cancelled_error(void)
+{
+	return g_error_new(BFS_ERROR, ECANCELED, "cancelled by its caller");
+}
+
 /*
  * Easy handles are kept on their loop for later attempts: a new one costs
  * a few KiB of zeroed state, a 128 KiB buffer and the setting of all the
@@ -750,6 +799,7 @@ static void request_free(struct http_request *req)
 	if (req->data_free)
 		req->data_free(req->data);
 	g_clear_pointer(&req->upload, g_bytes_unref);
+	http_cancel_unref(req->cancel);
 	g_free(req->method);
 	g_free(req->what);
 	g_free(req);
@@ -835,6 +885,10 @@ static int on_progress(void *clientp, curl_off_t dltotal, curl_off_t dlnow,
 
 	(void)dltotal;
 	(void)ultotal;
+	if (http_cancel_is_set(a->req->cancel)) {
+		a->cancelled = TRUE;
+		return 1;
+	}
 	/* Connecting is connect_timeout's business. */
 	if (!a->sent) {
 		curl_off_t t = 0;
@@ -1275,6 +1329,11 @@ static void attempt_start(struct loop *l, struct http_request *req,
 		req->round_us = now;
 		req->last_ep = ep;
 	}
+	/* Its turn came after its caller gave up on it: nothing is sent. */
+	if (http_cancel_is_set(req->cancel)) {
+		error = caller_cancelled_error();
+		goto fail;
+	}
 	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
 			  headers, &tag, req->data, &error))
 		goto fail;
@@ -1456,6 +1515,10 @@ static enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 		return req->range_200++ ? HTTP_VERDICT_FAIL
 					: HTTP_VERDICT_RETRY;
 	}
+	if (rc != CURLE_OK && a->cancelled) {
+		*error = caller_cancelled_error();
+		return HTTP_VERDICT_FAIL;
+	}
 	if (rc != CURLE_OK) {
 		*error = transport_error(a, rc);
 		/* More bytes than asked for contradicts the request, like a
@@ -1503,7 +1566,8 @@ static void account(struct http *http, struct attempt *a, CURLcode rc,
 		ep->latency_pos = (ep->latency_pos + 1) % LATENCY_RING;
 		ep->latency_len = MIN(ep->latency_len + 1, LATENCY_RING);
 		ewma_add(http, ep, took, now);
-	} else {
+	} else if (!a->cancelled) {
+		/* A cancelled one, like a hedge's loser, is no error. */
 		ep->errors++;
 	}
 	health_note(http, a, o, chain, now);
@@ -1726,7 +1790,8 @@ static void round_lost(struct loop *l, struct attempt *a,
 		verdict = req->failed_verdict;
 		error = g_steal_pointer(&req->failed_error);
 	}
-	if (verdict == HTTP_VERDICT_RETRY && req->idempotent) {
+	if (verdict == HTTP_VERDICT_RETRY && req->idempotent &&
+	    !http_cancel_is_set(req->cancel)) {
 		enum fault f = fault_of(a);
 		struct http *http = l->http;
 		gint64 age = g_get_monotonic_time() - req->start_us;

@@ -128,6 +128,7 @@
 
 struct http;
 struct http_request;
+struct http_cancel;
 
 struct http_options {
 	const char *const
@@ -373,6 +374,27 @@ void http_request_set_hedge(struct http_request *req, gboolean hedge);
 
 /* Caps this request's attempts below the engine's max_attempts (>= 1). */
 void http_request_set_max_attempts(struct http_request *req, guint n);
+
+/*
+ * A cancellation that requests may carry (http_request_set_cancel()):
+ * once http_cancel_set() is called, each of them ends with ECANCELED
+ * ("cancelled by its caller") instead of going on.  One waiting for a
+ * transfer slot or the ramp-up is ended when its turn comes, without
+ * being sent; one running is aborted at its transfer's next progress
+ * tick (at most a second or so: curl's low-speed timer); one waiting out
+ * a retry's backoff, when it is due.  No cancelled request is retried.
+ * Reference-counted; any thread.
+ */
+struct http_cancel *http_cancel_new(void);
+struct http_cancel *http_cancel_ref(struct http_cancel *c);
+void http_cancel_unref(struct http_cancel *c);
+/* Cancels every request carrying @c, now and later.  Idempotent. */
+void http_cancel_set(struct http_cancel *c);
+gboolean http_cancel_is_set(const struct http_cancel *c);
+
+/* Makes @req carry @c (referenced until @req is freed).  Before
+ * http_submit(). */
+void http_request_set_cancel(struct http_request *req, struct http_cancel *c);
 
 /* Restricts every attempt to endpoint @index (doctor's per-endpoint checks). */
 void http_request_pin_endpoint(struct http_request *req, guint index);

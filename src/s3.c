@@ -1359,7 +1359,8 @@ char *s3_mpu_create(struct s3 *s3, const char *key, GError **error)
 
 void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
 		       guint part, GBytes *body, const char *sha256,
-		       s3_part_done_fn done, void *user)
+		       struct http_cancel *cancel, s3_part_done_fn done,
+		       void *user)
 {
 	struct call *call = mpu_call(s3, CALL_MPU_PART, key, upload_id, part);
 	g_autofree char *what = NULL;
@@ -1371,6 +1372,7 @@ void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
 	mpu_set_body(call, req, body, sha256);
 	/* The same part number again replaces the part: harmless. */
 	http_request_set_idempotent(req, TRUE);
+	http_request_set_cancel(req, cancel);
 	call->part_done = done;
 	call->user = user;
 	http_submit(s3->http, req);

@@ -32,6 +32,7 @@
 #include "s3_xml.h"
 
 struct s3;
+struct http_cancel;
 
 /* What a response said about an object or the server.  Plain data. */
 struct s3_object_meta {
@@ -227,10 +228,13 @@ typedef void (*s3_part_done_fn)(const char *etag, const GError *error,
 /* Starts UploadPart @part (1..10000) of @body (referenced while in
  * flight), its SHA-256 signed: @sha256 (hex, copied) if the caller has
  * computed it (sigv4_payload_sha256()), else computed here, on the
- * caller's thread.  Any thread; returns at once. */
+ * caller's thread.  @cancel (may be NULL; referenced): once set, the
+ * part ends with ECANCELED, unsent if it has not started (http.h).  Any
+ * thread; returns at once. */
 void s3_mpu_part_async(struct s3 *s3, const char *key, const char *upload_id,
 		       guint part, GBytes *body, const char *sha256,
-		       s3_part_done_fn done, void *user);
+		       struct http_cancel *cancel, s3_part_done_fn done,
+		       void *user);
 
 /* CompleteMultipartUpload of parts 1..@n with ETags @etags; the object's
  * new ETag in *@etag (g_free; may be NULL) if @etag is not NULL.

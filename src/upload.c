@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "error.h"
+#include "http.h"
 #include "log.h"
 #include "sigv4.h"
 #include "upload.h"
@@ -37,6 +38,11 @@ struct upload {
 	guint inflight;	  /* protected by up->lock */
 	GError *error;	  /* the first failed part; protected by up->lock */
 	GError *why;	  /* abort_later(): why it is aborted */
+	/* Set once it is to be aborted: its parts not yet sent are dropped
+	 * (by hash_and_send(), or by the engine when their turn comes) and
+	 * those on their way cut short, so that they neither reach the
+	 * server nor hold slots while the abort waits for them. */
+	struct http_cancel *cancel;
 };
 
 static void abort_later(gpointer data, gpointer pool_data);
@@ -87,12 +93,24 @@ static void hash_and_send(gpointer data, gpointer pool_data)
 	gsize len;
 
 	(void)pool_data;
+	if (http_cancel_is_set(u->cancel)) {
+		g_mutex_lock(&u->up->lock);
+		if (!u->error)
+			u->error = g_error_new(BFS_ERROR, ECANCELED,
+					       "part %u not sent: the upload "
+					       "is aborted",
+					       p->number);
+		p->answered = TRUE;
+		g_mutex_unlock(&u->up->lock);
+		part_released(p);
+		return;
+	}
 	body = g_bytes_get_data(p->body, &len);
 	sha = sigv4_payload_sha256(body, len);
 	/* The same bytes, not copied; freeing it frees the slot. */
 	part = g_bytes_new_with_free_func(body, len, part_released, p);
 	s3_mpu_part_async(u->up->s3, u->key, u->id, p->number, part, sha,
-			  part_done, p);
+			  u->cancel, part_done, p);
 }
 
 static struct pool *pool_new(GFunc fn, gpointer data, guint threads,
@@ -241,6 +259,7 @@ struct upload *upload_start(struct uploader *up, const char *key,
 	u->key = g_strdup(key);
 	u->id = id;
 	u->etags = g_ptr_array_new_with_free_func(g_free);
+	u->cancel = http_cancel_new();
 	return u;
 }
 
@@ -272,11 +291,12 @@ static gboolean stopped(const gint *stop)
 	return stop && g_atomic_int_get(stop);
 }
 
-gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
-		     GError **error)
+/* Waits for a slot and books it for part number *@number of @u.  Under
+ * nothing; takes up->lock. */
+static gboolean book_slot(struct upload *u, const gint *stop, guint *number,
+			  GError **error)
 {
 	struct uploader *up = u->up;
-	struct part *p;
 
 	g_mutex_lock(&up->lock);
 	while (up->inflight >= up->parts_max && !u->error && !stopped(stop))
@@ -306,14 +326,51 @@ gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 	g_ptr_array_add(u->etags, NULL);
 	u->inflight++;
 	up->inflight++;
+	*number = u->etags->len;
+	g_mutex_unlock(&up->lock);
+	return TRUE;
+}
+
+gboolean upload_part_cut(struct upload *u, upload_cut_fn cut, void *data,
+			 const gint *stop, GError **error)
+{
+	struct uploader *up = u->up;
+	struct part *p;
+	GBytes *part;
+	guint number;
+
+	if (!book_slot(u, stop, &number, error))
+		return FALSE;
+	part = cut(data, error);
+	if (!part) {
+		/* The last part booked is this one: the writer is alone. */
+		g_mutex_lock(&up->lock);
+		g_ptr_array_set_size(u->etags, number - 1);
+		u->inflight--;
+		up->inflight--;
+		g_cond_broadcast(&up->cond);
+		g_mutex_unlock(&up->lock);
+		return FALSE;
+	}
 	p = g_new0(struct part, 1);
 	p->u = u;
-	p->number = u->etags->len;
-	p->body = g_bytes_ref(part);
-	g_mutex_unlock(&up->lock);
+	p->number = number;
+	p->body = part;
 	/* @p is the hasher's now, @u may be gone once the part ended. */
 	pool_push(up->hashers, p);
 	return TRUE;
+}
+
+static GBytes *cut_given(void *data, GError **error)
+{
+	(void)error;
+	return g_bytes_ref(data);
+}
+
+gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
+		     GError **error)
+{
+	return upload_part_cut(u, cut_given, part, stop, error);
 }
 
 /* Waits until no part of @u is in flight, or *@stop (may be NULL) is set
@@ -343,6 +400,7 @@ static void upload_free(struct upload *u)
 	g_free(u->id);
 	g_ptr_array_unref(u->etags);
 	g_clear_error(&u->error);
+	http_cancel_unref(u->cancel);
 	g_free(u);
 }
 
@@ -350,8 +408,11 @@ void upload_abort(struct upload *u, const GError *why)
 {
 	g_autoptr(GError) err = NULL;
 	g_autofree char *k = log_escape(u->key, -1);
-	GError *e = drain(u, NULL);
+	GError *e;
 
+	/* Nothing more of it goes out; what is on its way is cut short. */
+	http_cancel_set(u->cancel);
+	e = drain(u, NULL);
 	g_clear_error(&e);
 	if (!s3_mpu_abort(u->up->s3, u->key, u->id, &err) &&
 	    bfs_error_errno(err) != ENOENT)
@@ -405,6 +466,8 @@ gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us)
 static void upload_abort_async(struct upload *u, const GError *why)
 {
 	u->why = g_error_copy(why);
+	/* At once, not when an aborter gets to it. */
+	http_cancel_set(u->cancel);
 	g_mutex_lock(&u->up->lock);
 	u->up->aborts++;
 	g_mutex_unlock(&u->up->lock);

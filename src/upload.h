@@ -6,7 +6,8 @@
  *
  * Memory: the parts in flight, at most parts_max of part_size bytes for
  * the whole uploader; a writer whose part finds the budget full waits
- * for a slot (upload_part() blocks), it is never refused.  The parts go
+ * for a slot (upload_part() blocks), it is never refused.  With
+ * upload_part_cut() the part is made only once it has its slot.  The parts go
  * out through the S3 client's engine, so they spread over the endpoints
  * and are retried like every request (s3.h, http.h).
  *
@@ -15,11 +16,18 @@
  * cause logged; one the process did not live to abort is left on the
  * server, listed and aborted by `bucketfs-index uploads` (bucketfs-index(1)).
  *
+ * An abort (a failure, an interrupted close, an unlink, the daemon's
+ * stop) first cancels the upload's parts (http_cancel_set()): those not
+ * yet hashed or still waiting for a connection are never sent, those on
+ * their way are cut short, and only then, once none holds its slot, is
+ * AbortMultipartUpload sent.
+ *
  * Threads: one writer per upload at a time (the caller serializes); any
  * thread except the HTTP engine's own.  The uploader outlives its uploads.
- * Its own threads (GLib's pool threads, started as needed): up to
- * parts_max hashers, each computing a part's SHA-256 and submitting it;
- * up to 4 aborters, for the uploads whose upload_finish() was interrupted.
+ * Its own threads, started with it and kept: parts_max hashers, each
+ * computing a part's SHA-256 and submitting it; 2 aborters, for the
+ * uploads whose upload_finish() was interrupted.  (With none started,
+ * their jobs run on the calling thread.)
  */
 #ifndef BUCKETFS_UPLOAD_H
 #define BUCKETFS_UPLOAD_H
@@ -67,6 +75,21 @@ struct upload *upload_start(struct uploader *up, const char *key,
 gboolean upload_part(struct upload *u, GBytes *part, const gint *stop,
 		     GError **error);
 
+/* Makes the next part (part_size bytes, owned by the caller of
+ * upload_part_cut()), or NULL with the cause. */
+typedef GBytes *(*upload_cut_fn)(void *data, GError **error);
+
+/*
+ * upload_part(), but the part is made only once its slot is booked:
+ * @cut(@data) runs on the calling thread, without the uploader's lock,
+ * after the wait.  So a writer holds no part of its own while it waits,
+ * and the parts in memory are the write_parts in flight at most (plus
+ * what each writer buffers).  A failed @cut gives its slot back and
+ * fails with its error.
+ */
+gboolean upload_part_cut(struct upload *u, upload_cut_fn cut, void *data,
+			 const gint *stop, GError **error);
+
 /* Wakes the waits of upload_part() and upload_finish(), to see their
  * *stop.  Any thread. */
 void uploader_wake(struct uploader *up);
@@ -77,17 +100,18 @@ void uploader_wake(struct uploader *up);
  * ETag in *@etag (g_free) if @etag is not NULL.  On failure the upload
  * is aborted (logged) and the error returned, for the caller to log.
  * Once *@stop (atomic; may be NULL) is set (then uploader_wake()), the
- * wait for a slot or for the parts in flight ends with EINTR: the
- * upload is then aborted on a thread of the uploader, once its parts
- * have ended, and the log says why.  (CompleteMultipartUpload itself,
- * once sent, is waited for.)  Frees @u.
+ * wait for a slot or for the parts in flight ends with EINTR: its parts
+ * are cancelled at once (none queued is sent) and the upload aborted on
+ * a thread of the uploader once they have ended; the log says why.
+ * (CompleteMultipartUpload itself, once sent, is waited for.)  Frees @u.
  */
 gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
 		       const gint *stop, char **etag, GError **error);
 
 /*
- * Waits for the parts in flight and aborts, logging that it did, with
- * @why (NULL: the caller reports the cause).  Frees @u.
+ * Cancels the parts in flight (those not sent yet never are), waits for
+ * them to end and aborts, logging that it did, with @why (NULL: the
+ * caller reports the cause).  Frees @u.
  */
 void upload_abort(struct upload *u, const GError *why);
 

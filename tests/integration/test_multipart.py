@@ -394,6 +394,57 @@ class TestServerMultipart(MultipartCase):
         # The name can be written again.
         self.check_round_trip(m, "intr.close", os.urandom(PART + MiB))
 
+    def test_interrupted_close_sends_no_queued_part(self):
+        # Two connections, six part slots, every part slow: two parts on
+        # their way, four queued in the engine when close() is
+        # interrupted.  The abort drops the queued ones (never sent) and
+        # cuts short the two running, so no UploadPart reaches the
+        # server after the interrupt and nothing is visible.
+        m = self.mount("intrqueue", "max_connections=2", "write_parts=6")
+        libc = ctypes.CDLL(None, use_errno=True)
+        s = self.signer()
+        # Longer than writing the file takes on a loaded machine: no
+        # part ends before the interrupt (the running ones are cut short
+        # after it, so the test does not wait for them).
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 120, "count": 100}])
+        self.addCleanup(self.server.clear_faults)
+        self.server.control("POST", "stats/reset")
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        try:
+            fd = os.open(m.path("queued.pt"), os.O_CREAT | os.O_WRONLY,
+                         0o644)
+            os.write(fd, os.urandom(6 * PART))
+            deadline = time.monotonic() + 60
+            while (self.ops().get("UPLOADPART", 0) < 2 and
+                   time.monotonic() < deadline):
+                time.sleep(0.05)
+            sent = self.ops().get("UPLOADPART", 0)
+            self.assertEqual(sent, 2, "both connections carry a part")
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            rc = libc.close(fd)  # the descriptor is gone whatever it says
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            self.assertEqual((rc, err), (-1, errno.EINTR))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+        logged = ("multipart upload of 'queued.pt' aborted after 6 parts: "
+                  "its completion was interrupted by a signal: "
+                  "interrupted while 6 parts were in flight")
+        # Logged once every part has let go of its slot and the server
+        # has answered the abort: no part can be sent after that.
+        deadline = time.monotonic() + 120
+        while logged not in m.output() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self.server.clear_faults()
+        self.assertIn(logged, m.output())
+        self.assertEqual(self.ops().get("UPLOADPART", 0), sent)
+        self.assertEqual(uploads(s, self.bucket), [])
+        self.assertTrue(s3_get(s, self.bucket, "queued.pt") is None)
+        # The slots are free again: the name can be written.
+        self.check_round_trip(m, "queued.pt", os.urandom(2 * PART + MiB))
+
     def test_complete_error_in_a_200_is_retried(self):
         m = self.mount("error200")
         # AWS may send CompleteMultipartUpload's 200 before it fails, with

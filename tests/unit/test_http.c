@@ -393,6 +393,7 @@ struct treq {
 	char *path;
 	struct treq *resubmit; /* submitted from done(), once */
 	struct http *http;
+	struct http_cancel *cancel; /* carried by its request, or NULL */
 	/* protected by tc->lock */
 	guint calls;
 	int code; /* 0 = success */
@@ -514,6 +515,7 @@ static void t_submit(struct treq *t, gboolean hedge, int pin, guint attempts)
 						    NULL, t_done, t, NULL);
 
 	http_request_set_hedge(req, hedge);
+	http_request_set_cancel(req, t->cancel);
 	if (pin >= 0)
 		http_request_pin_endpoint(req, pin);
 	if (attempts)
@@ -1484,6 +1486,54 @@ static void test_fifo(void)
 	tcase_clear(&tc);
 }
 
+/*
+ * A cancellation ends the requests that carry it: those running are cut
+ * short, those queued for a slot end unsent, all with ECANCELED and none
+ * retried; the others go on.
+ */
+static void test_cancel(void)
+{
+	struct http_cancel *c = http_cancel_new();
+	struct rig r;
+	struct tcase tc;
+	struct treq t;
+	guint i;
+
+	rig_init(&r);
+	rig_add(&r, server_new());
+	r.o.max_connections = 2;
+	r.o.max_attempts = 3;
+	rig_start(&r);
+	tcase_init(&tc);
+	for (i = 0; i < 6; i++) {
+		struct treq *q = t_new(&tc, r.http, "/x?d=20000");
+
+		q->cancel = c;
+		t_submit(q, FALSE, -1, 0);
+	}
+	g_assert_true(WAIT_FOR(server_counts(r.srv[0]).reqs_now == 2, 10));
+	g_assert_false(http_cancel_is_set(c));
+	http_cancel_set(c);
+	/* Well before the server would have answered. */
+	wait_done(&tc, 6, 10);
+	for (i = 0; i < 6; i++) {
+		t = t_get(g_ptr_array_index(tc.reqs, i));
+		g_assert_cmpint(t.code, ==, ECANCELED);
+		g_assert_nonnull(strstr(t.message, "cancelled by its caller"));
+		g_assert_cmpuint(t.calls, ==, 1);
+	}
+	g_assert_cmpuint(server_counts(r.srv[0]).requests, ==, 2);
+	g_assert_true(WAIT_FOR(server_counts(r.srv[0]).aborted == 2, 10));
+	rig_stats(&r);
+	g_assert_cmpuint(r.st[0].errors, ==, 0);
+	t = submit_wait(&tc, r.http, "/y");
+	g_assert_cmpint(t.code, ==, 0);
+	g_assert_cmpuint(server_counts(r.srv[0]).requests, ==, 3);
+	http_cancel_unref(c);
+	rig_clear(&r);
+	tcase_clear(&tc);
+}
+
 /* The most accepts within any @window_us of the sorted @t. */
 static guint max_in_window(const gint64 *t, guint n, gint64 window_us)
 {
@@ -1781,6 +1831,7 @@ int main(int argc, char **argv)
 		{ "budget", test_budget, 3 },
 		{ "retry-budget", test_retry_budget, 3 },
 		{ "fifo", test_fifo, 3 },
+		{ "cancel", test_cancel, 2 },
 		{ "ramp", test_ramp, 3 },
 		/* Two hedged requests fill the four slots: with two threads,
 		 * each runs one and its duplicate in its slice of two. */

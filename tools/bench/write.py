@@ -10,7 +10,7 @@ CPU its threads spent during each dd is printed by thread name.
 Against Ceph RGW on loopback (its own, or the suite's with BFS_RGW_URL);
 run it inside the machine-wide lock:
 
-  flock /work/wt/bench.lock /usr/bin/python3 tools/bench/write.py \\
+  flock /var/tmp/bucketfs-bench/run.lock /usr/bin/python3 tools/bench/write.py \\
       [--size 4G] [--part-size 16M] [--parts 4] [--reps 3] [--json OUT]
 
 Both sides write zeros: dd from /dev/zero, the direct side one zero part
@@ -24,6 +24,7 @@ import hashlib
 import http.client
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -144,6 +145,25 @@ def rss_kib(pid, field):
     return 0
 
 
+def rss_by_mapping(pid):
+    """The daemon's resident memory by kind of mapping, in KiB: an
+    anonymous one by its size (a part is its own part_size mapping,
+    unless the kernel merged neighbours), a file by its name."""
+    out = {}
+    cur = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            w = line.split()
+            if "-" in w[0] and not w[0].endswith(":"):
+                lo, hi = (int(x, 16) for x in w[0].split("-"))
+                name = os.path.basename(w[5]) if len(w) > 5 else "anon"
+                cur = f"{name} {(hi - lo) >> 20} MiB" if name in (
+                    "anon", "[heap]") else name
+            elif w[0] == "Rss:" and int(w[1]):
+                out[cur] = out.get(cur, 0) + int(w[1])
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:12])
+
+
 def thread_cpu(pid):
     """CPU seconds (user + system) of the daemon's threads, summed by
     thread name ({name: seconds})."""
@@ -162,10 +182,11 @@ def thread_cpu(pid):
     return out
 
 
-def dd_through(mount, name, size, pid, cpu=None):
+def dd_through(mount, name, size, pid, cpu=None, where=None):
     """Seconds for dd of @size bytes into the mount (close included) and the
     daemon's peak RSS sampled meanwhile (KiB); @cpu (a dict), if given,
-    gets the CPU seconds each thread name spent meanwhile."""
+    gets the CPU seconds each thread name spent meanwhile, and @where (a
+    dict) the RSS by mapping at the peak (read at each new peak)."""
     count = size // MiB
     before = thread_cpu(pid) if cpu is not None else None
     peak = [rss_kib(pid, "VmRSS")]
@@ -173,7 +194,11 @@ def dd_through(mount, name, size, pid, cpu=None):
 
     def sample():
         while not stop.wait(0.05):
-            peak[0] = max(peak[0], rss_kib(pid, "VmRSS"))
+            now = rss_kib(pid, "VmRSS")
+            if where is not None and now > peak[0] + 1024:
+                where.clear()
+                where.update(rss_by_mapping(pid))
+            peak[0] = max(peak[0], now)
 
     t = threading.Thread(target=sample)
     t.start()
@@ -199,7 +224,14 @@ def main():
     ap.add_argument("--parts", type=int, default=4, help="parts in flight")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--deadline", type=float, default=0,
+                    help="seconds: start no rep that would end past it "
+                         "(judged by the last rep's time); the medians "
+                         "are then of the reps done (0: none)")
     a = ap.parse_args()
+    # A timeout's TERM still unmounts and stops RGW (the finally below).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    started = time.monotonic()
     size, part = parse_size(a.size), parse_size(a.part_size)
     size -= size % MiB
     rgw = harness.RGW("wbench")
@@ -217,11 +249,20 @@ def main():
            "direct_s": [], "mount_s": [], "mount_peak_rss_kib": []}
     try:
         for rep in range(a.reps):
+            spent = time.monotonic() - started
+            last = (res["direct_s"][-1] + res["mount_s"][-1]
+                    if res["mount_s"] else 0)
+            if a.deadline and rep and spent + last > a.deadline:
+                print(f"deadline: {rep} of {a.reps} reps done in "
+                      f"{spent:.0f} s", flush=True)
+                break
             t0 = time.monotonic()
             d.upload(f"direct-{rep}", size, part, a.parts)
             res["direct_s"].append(time.monotonic() - t0)
-            cpu = {}
-            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid, cpu)
+            cpu, where = {}, {}
+            secs, peak = dd_through(m, f"mount-{rep}", size, m.proc.pid, cpu,
+                                    where)
+            res.setdefault("mount_peak_rss_by_mapping_kib", []).append(where)
             res["mount_s"].append(secs)
             res.setdefault("mount_thread_cpu_s", []).append(cpu)
             res["mount_peak_rss_kib"].append(peak)
@@ -229,7 +270,8 @@ def main():
                 sig.delete(rgw.bucket, k)
             print(f"rep {rep + 1}: direct {size / MiB / res['direct_s'][-1]:.0f}"
                   f" MiB/s, mount {size / MiB / secs:.0f} MiB/s, peak RSS "
-                  f"{peak / 1024:.0f} MiB; daemon CPU s by thread "
+                  f"{peak / 1024:.0f} MiB (by mapping, KiB: {where}); "
+                  f"daemon CPU s by thread "
                   f"{dict(sorted(cpu.items(), key=lambda kv: -kv[1]))}",
                   flush=True)
         res["mount_vmhwm_kib"] = rss_kib(m.proc.pid, "VmHWM")
@@ -237,16 +279,20 @@ def main():
         sig.close()
         m.unmount()
         rgw.stop()
+    res["reps_done"] = len(res["mount_s"])
     md, mm = statistics.median(res["direct_s"]), statistics.median(res["mount_s"])
     res["direct_mib_s"] = size / MiB / md
     res["mount_mib_s"] = size / MiB / mm
     res["ratio"] = md / mm
-    print(f"median of {a.reps}: direct {res['direct_mib_s']:.0f} MiB/s, "
+    print(f"median of {res['reps_done']}: direct {res['direct_mib_s']:.0f} MiB/s, "
           f"mount {res['mount_mib_s']:.0f} MiB/s, ratio {res['ratio']:.2f}; "
           f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
-          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); bound over "
-          f"the idle daemon (write_parts + 2) x part_size = "
-          f"{(a.parts + 2) * part / MiB:.0f} MiB")
+          f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); idle "
+          f"{res['idle_rss_kib'] / 1024:.0f} MiB; bound over the idle "
+          f"daemon (write_parts + 1) x part_size + 1 MiB (a write) + "
+          f"1 MiB per FUSE worker that took a write = "
+          f"{(a.parts + 1) * part / MiB + 1:.0f} MiB + workers")
+    res["bound_over_idle_kib"] = ((a.parts + 1) * part + MiB) // 1024
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
