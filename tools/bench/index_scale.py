@@ -67,13 +67,16 @@ def bench_lock(path):
     if not path:
         yield
         return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         t0 = time.monotonic()
         fcntl.flock(fd, fcntl.LOCK_EX)
         waited = time.monotonic() - t0
         if waited > 1:
             print(f"waited {waited:.0f} s for {path}", file=sys.stderr)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b"%d\n" % os.getpid(), 0)
         yield
     finally:
         os.close(fd)
