@@ -115,12 +115,6 @@ def mount_timed(url, endpoint, index, mnt, opts=""):
     return time.monotonic() - t0
 
 
-def daemon_pid(mnt):
-    r = subprocess.run(["pgrep", "-f", f"bucketfs .* {mnt}$"],
-                       capture_output=True, text=True)
-    return int(r.stdout.split()[0])
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("n", type=int)
@@ -142,6 +136,17 @@ def main():
     os.mkdir(mnt)
     server = harness.TestServer("--synthetic", f"dset:{a.n}")
     rows = []
+    daemon = None
+
+    def daemon_log():
+        with open(os.path.join(tmp, "daemon.log")) as f:
+            return f.read()[-2000:]
+
+    def daemon_rss():
+        if daemon.poll() is not None:
+            raise RuntimeError(f"bucketfs exited ({daemon.returncode}): "
+                               + daemon_log())
+        return rss_kib(daemon.pid)
     try:
         cmd = ["/usr/bin/time", "-f", "%M", harness.binary("bucketfs-index"),
                "build", "-q", "-o",
@@ -173,10 +178,20 @@ def main():
                          f"median {statistics.median(times) * 1000:.0f} ms of "
                          f"{a.runs} ({', '.join(f'{t*1000:.0f}' for t in times)}); {ld}"))
             opts = "," + a.opts if a.opts else ""
-            mount_timed("s3://dset", server.url, index, mnt, opts)
-            pid = daemon_pid(mnt)
+            # In the foreground, its log kept: the pid is ours, and a
+            # daemon that dies says why.
+            daemon = subprocess.Popen(
+                [harness.binary("bucketfs"), "-f", "-o",
+                 f"endpoint={server.url},index={index}" + opts, "s3://dset",
+                 mnt], env=harness.client_env(),
+                stderr=open(os.path.join(tmp, "daemon.log"), "w"))
+            while not os.path.ismount(mnt):
+                if daemon.poll() is not None:
+                    raise RuntimeError("bucketfs exited: " + daemon_log())
+                time.sleep(0.001)
+            pid = daemon.pid
             rows.append(("daemon RSS when ready",
-                         f"{rss_kib(pid) / 1024:.1f} MiB"))
+                         f"{daemon_rss() / 1024:.1f} MiB"))
             drop_caches()
             slab0 = slab_bytes()
             server.control("POST", "stats/reset")
@@ -220,7 +235,7 @@ def main():
             rows.append((label, f"{out} in {dt:.2f} s; kernel slab "
                          f"+{grown / 2**20:.1f} MiB ({grown / a.n:.0f} "
                          f"bytes per entry), daemon RSS "
-                         f"{rss_kib(pid) / 1024:.1f} MiB; {ld}"))
+                         f"{daemon_rss() / 1024:.1f} MiB; {ld}"))
             print(f"{label}: {rows[-1][1]}", file=sys.stderr)
         if a.compare:
             with bench_lock(a.lock):
@@ -242,14 +257,20 @@ def main():
                          f") in {dt:.2f} s, peak RSS "
                          f"{int(err[-1]) / 1024 if err else 0:.0f} MiB; "
                          f"kernel slab +{grown / 2**20:.1f} MiB; daemon RSS "
-                         f"{rss_kib(pid) / 1024:.1f} MiB; {ld}"))
+                         f"{daemon_rss() / 1024:.1f} MiB; {ld}"))
             print(r.stdout.decode(), file=sys.stderr)
         subprocess.run(["fusermount3", "-u", mnt], check=True)
+        daemon.wait(60)
     finally:
         if os.path.ismount(mnt):
             subprocess.run(["fusermount3", "-uz", mnt])
+        if daemon is not None and daemon.poll() is None:
+            daemon.terminate()
+            daemon.wait(60)
         server.stop()
         subprocess.run(["rm", "-rf", tmp])
+        for k, v in rows:
+            print(f"| {k} | {v} |", file=sys.stderr)
     print(f"| {a.n:,} keys, one flat directory | |\n|---|---|")
     for k, v in rows:
         print(f"| {k} | {v} |")
