@@ -6,12 +6,12 @@ with -o index_url= fetches and uses it as before.  At the threshold it is
 still one PUT.  A part or a Complete that fails for good: exit 1 with the
 cause chain, the upload aborted (none left on the server), the index
 published before untouched.  A part failing twice with 500 is retried.
-Bad sizes: exit 2, and no request at all."""
+Ceph RGW takes the same upload.  Bad sizes: exit 2, and no request at
+all."""
 
 import os
 import sys
 import tempfile
-import urllib.parse
 import xml.etree.ElementTree as ET
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -179,6 +179,35 @@ class PublishPartsTest(harness.MountCase):
         self.assertTrue(self.head_etag().strip('"').endswith("-2"))
         self.assertEqual(self.published(), self.bytes)
         self.assertEqual(self.uploads(), [])
+
+    def test_parts_on_rgw(self):
+        """Ceph RGW takes the same upload: the bytes back, its "-2" ETag,
+        no upload left."""
+        rgw = harness.RGW("pubparts")
+        try:
+            s = harness.Signer(rgw.url, rgw.AK, rgw.SK)
+            r = harness.run(
+                [harness.binary("bucketfs-index"), "publish",
+                 "s3://dset/train", "--to", f"s3://{rgw.bucket}/big.idx",
+                 "--multipart-above=1M", "--part-size=5M", "-o",
+                 f"endpoint={rgw.url},index={self.index}"],
+                env=harness.client_env(AWS_ACCESS_KEY_ID=rgw.AK,
+                                       AWS_SECRET_ACCESS_KEY=rgw.SK),
+                timeout=600)
+            self.assertEqual(r.returncode, 0, r.stderr.decode())
+            self.assertIn(f"2 parts of {5 * MiB} bytes", r.stdout.decode())
+            status, h, body = s.request("GET", f"/{rgw.bucket}/big.idx")
+            self.assertEqual(status, 200)
+            self.assertEqual(body, self.bytes)
+            self.assertTrue(h["etag"].strip('"').endswith("-2"), h["etag"])
+            _, _, text = s.check("ListMultipartUploads",
+                                 s.request("GET", f"/{rgw.bucket}",
+                                           query="uploads="))
+            self.assertFalse([u for u in ET.fromstring(text).iter()
+                              if u.tag.rpartition("}")[2] == "Upload"])
+            s.close()
+        finally:
+            rgw.stop()
 
     def test_bad_sizes_send_nothing(self):
         before = self.ops()

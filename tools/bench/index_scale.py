@@ -30,6 +30,7 @@ import contextlib
 import fcntl
 import os
 import random
+import signal
 import statistics
 import subprocess
 import sys
@@ -141,6 +142,12 @@ def main():
     ap.add_argument("-o", dest="opts", default="",
                     help="more mount options, e.g. readdirplus=always")
     a = ap.parse_args()
+
+    def stopped(sig, frame):
+        raise SystemExit(f"stopped by signal {sig}")
+
+    # timeout(1) and kill: the finally below unmounts and stops the server.
+    signal.signal(signal.SIGTERM, stopped)
 
     tmp = tempfile.mkdtemp(prefix="bfs-scale-")
     index = os.path.join(tmp, "dset.idx")
