@@ -745,6 +745,7 @@ int main(int argc, char **argv)
 	config_init(&t.cfg);
 	if (!parse_args(&t, &argc, &argv, &error)) {
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		g_free(t.to);
 		config_clear(&t.cfg);
 		return 2;
 	}
