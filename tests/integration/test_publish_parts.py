@@ -39,11 +39,16 @@ class PublishPartsTest(harness.MountCase):
         cls.index = os.path.join(cls.tmp, "dset.idx")
         cls.env = harness.client_env(
             XDG_CACHE_HOME=os.path.join(cls.tmp, "cache"))
-        r = cls.tool_run("build", "-q")
-        assert r.returncode == 0, r.stderr.decode()
-        with open(cls.index, "rb") as f:
-            cls.bytes = f.read()
         cls.signer = harness.Signer(cls.server.url)
+        try:
+            r = cls.tool_run("build", "-q")
+            assert r.returncode == 0, r.stderr.decode()
+            with open(cls.index, "rb") as f:
+                cls.bytes = f.read()
+        except BaseException:
+            # unittest calls no tearDownClass after a failed setUpClass.
+            cls.tearDownClass()
+            raise
 
     @classmethod
     def tearDownClass(cls):
