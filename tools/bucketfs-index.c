@@ -6,13 +6,16 @@
  *   bucketfs-index info   s3://BUCKET[/PREFIX] [-o OPT...]
  *   bucketfs-index verify s3://BUCKET[/PREFIX] [-o OPT...]
  *   bucketfs-index publish s3://BUCKET[/PREFIX] [--to s3://B/KEY] [--build]
+ *                  [--multipart-above=SIZE] [--part-size=SIZE]
  *   bucketfs-index unpublish s3://BUCKET[/PREFIX] [--to s3://B/KEY]
  *   bucketfs-index uploads s3://BUCKET[/PREFIX] [--abort]
  *
  * The index lives at -o index=PATH, else at the default location for the
  * bucket and prefix (the one bucketfs uses).  A mounted bucketfs switches
  * to a rebuilt index on SIGHUP.  publish uploads the (checked) local index
- * so that mounts elsewhere take it with -o index_url= instead of listing.
+ * so that mounts elsewhere take it with -o index_url= instead of listing:
+ * with one PUT, or above --multipart-above (1 GiB; S3 takes at most 5 GiB
+ * in one PUT) as a multipart upload of the mapped file (upload.h).
  * uploads lists the multipart uploads left under the prefix (by a writable
  * mount that died mid-file) and, with --abort, aborts them.
  */
@@ -32,6 +35,7 @@
 #include "lister.h"
 #include "log.h"
 #include "s3.h"
+#include "upload.h"
 #include "version.h"
 
 struct tool {
@@ -42,7 +46,16 @@ struct tool {
 	gboolean build; /* publish: build first even if an index exists */
 	char *to;	/* publish: s3://B/KEY, or NULL for the default */
 	gboolean abort; /* uploads: abort what is listed */
+	guint64 multipart_above; /* publish: larger indexes go in parts */
+	guint64 part_size;	 /* publish: 0 = chosen by the size */
 };
+
+/* S3's limits: one PUT, and a part (all but the last at least the min). */
+#define PUT_MAX		 ((guint64)5 << 30)
+#define PUBLISH_PART_MIN ((guint64)5 << 20)
+#define PUBLISH_PART_MAX ((guint64)5 << 30)
+/* Above this, publish sends the index in parts (--multipart-above). */
+#define PUBLISH_MULTIPART_DEFAULT ((guint64)1 << 30)
 
 /* Where publish puts the index by default, below the bucket's top-level
  * ".bucketfs/" (outside any prefix mount); "v1" is the format version. */
@@ -283,15 +296,101 @@ static GMappedFile *map_checked(const char *path, const struct stat *st,
 	return map;
 }
 
+/*
+ * The part size for @size bytes: --part-size, else 16 MiB, or more when
+ * that would need more than S3's 10,000 parts (whole MiB).
+ */
+static guint64 part_size_for(const struct tool *t, guint64 size)
+{
+	guint64 ps = t->part_size ? t->part_size : UPLOAD_DEFAULT_PART;
+	guint64 need = (size + UPLOAD_MAX_PARTS - 1) / UPLOAD_MAX_PARTS;
+
+	if (!t->part_size && need > ps)
+		ps = (need + (1 << 20) - 1) & ~(guint64)((1 << 20) - 1);
+	return ps;
+}
+
+/*
+ * @body as a multipart upload of @key: slices of the mapping (no copy),
+ * a few in flight (upload.h), completed once every part is in.  Nothing
+ * shows at @key before the completion; on any failure the upload is
+ * aborted (upload.h logs it) and @key keeps what it had.
+ */
+static gboolean publish_parts(struct tool *t, struct s3 *s3, const char *key,
+			      GBytes *body, guint *parts, char **etag,
+			      GError **error)
+{
+	gsize size = g_bytes_get_size(body);
+	guint64 ps = part_size_for(t, size);
+	guint64 n = (size + ps - 1) / ps, off;
+	struct uploader *up;
+	struct upload *u;
+	gboolean ok;
+
+	if (n > UPLOAD_MAX_PARTS) {
+		g_set_error(error, BFS_ERROR, EFBIG,
+			    "%" G_GSIZE_FORMAT
+			    " bytes in parts of %" G_GUINT64_FORMAT
+			    " would make %" G_GUINT64_FORMAT
+			    " parts, more than S3's %u: give a larger "
+			    "--part-size",
+			    size, ps, n, UPLOAD_MAX_PARTS);
+		return FALSE;
+	}
+	up = uploader_new(s3, ps, 0);
+	u = upload_start(up, key, error);
+	if (!u) {
+		g_prefix_error(error, "starting the multipart upload: ");
+		uploader_free(up);
+		return FALSE;
+	}
+	/* Every part but the last; upload_finish() sends that one. */
+	for (off = 0; off + ps < size; off += ps) {
+		g_autoptr(GBytes) part = g_bytes_new_from_bytes(body, off, ps);
+
+		if (!upload_part(u, part, NULL, error)) {
+			g_prefix_error(error, "part %" G_GUINT64_FORMAT ": ",
+				       off / ps + 1);
+			upload_abort(u, NULL);
+			uploader_free(up);
+			return FALSE;
+		}
+	}
+	{
+		g_autoptr(GBytes) last =
+			g_bytes_new_from_bytes(body, off, size - off);
+
+		ok = upload_finish(u, last, size, NULL, etag, error);
+	}
+	/* Quoted, as HEAD and a PUT give it. */
+	if (ok && *etag && **etag != '"') {
+		char *q = g_strdup_printf("\"%s\"", *etag);
+
+		g_free(*etag);
+		*etag = q;
+	}
+	if (!ok)
+		g_prefix_error(error,
+			       "the multipart upload (%" G_GUINT64_FORMAT
+			       " parts of %" G_GUINT64_FORMAT
+			       " bytes) failed: ",
+			       n, ps);
+	uploader_free(up);
+	*parts = (guint)n;
+	return ok;
+}
+
 static int cmd_publish(struct tool *t)
 {
 	g_autoptr(GError) error = NULL;
 	g_autofree char *bucket = NULL, *key = NULL;
 	g_autoptr(GMappedFile) map = NULL;
 	g_autoptr(GBytes) body = NULL;
+	g_autofree char *etag = NULL;
 	struct s3_object_meta meta = { 0 };
 	struct index *idx = NULL;
 	struct s3 *s3;
+	guint parts = 0;
 	gboolean tty = !t->quiet && isatty(STDERR_FILENO);
 	gint64 t0;
 	double secs;
@@ -348,23 +447,32 @@ static int cmd_publish(struct tool *t)
 			t->path, g_bytes_get_size(body) / 1048576.0, bucket,
 			key);
 	t0 = g_get_monotonic_time();
-	ok = s3_put(s3, key, body, NULL, &meta, &error);
+	if (g_bytes_get_size(body) > t->multipart_above)
+		ok = publish_parts(t, s3, key, body, &parts, &etag, &error);
+	else if ((ok = s3_put(s3, key, body, NULL, &meta, &error)))
+		etag = g_strdup(meta.etag);
 	secs = (g_get_monotonic_time() - t0) / 1e6;
 	s3_free(s3);
+	s3_object_meta_clear(&meta);
 	if (!ok) {
-		fprintf(stderr, "bucketfs-index: publishing %s: %s\n", t->path,
-			error->message);
-		s3_object_meta_clear(&meta);
+		fprintf(stderr,
+			"bucketfs-index: publishing %s: %s (nothing was "
+			"published: s3://%s/%s is as it was)\n",
+			t->path, error->message, bucket, key);
 		return 1;
 	}
 	if (!t->quiet) {
 		printf("published:    s3://%s/%s\n", bucket, key);
-		printf("size:         %" G_GSIZE_FORMAT " bytes in %.2f s\n",
+		printf("size:         %" G_GSIZE_FORMAT " bytes in %.2f s",
 		       g_bytes_get_size(body), secs);
-		printf("etag:         %s\n", meta.etag ? meta.etag : "(none)");
+		if (parts)
+			printf(", %u parts of %" G_GUINT64_FORMAT " bytes\n",
+			       parts, part_size_for(t, g_bytes_get_size(body)));
+		else
+			printf(", one PUT\n");
+		printf("etag:         %s\n", etag ? etag : "(none)");
 		printf("mount with:   -o index_url=s3://%s/%s\n", bucket, key);
 	}
-	s3_object_meta_clear(&meta);
 	return 0;
 }
 
@@ -485,9 +593,52 @@ static gboolean is_command(const char *c)
 	return FALSE;
 }
 
+/*
+ * A size for --@name: bytes, or a whole number with K, M or G (KiB, MiB,
+ * GiB); between @min and @max.
+ */
+static gboolean parse_size(const char *name, const char *v, guint64 min,
+			   guint64 max, guint64 *out, GError **error)
+{
+	char *end = NULL;
+	guint64 n, unit = 1;
+
+	errno = 0;
+	n = g_ascii_strtoull(v, &end, 10);
+	if (end && *end && !end[1]) {
+		switch (g_ascii_toupper(*end)) {
+		case 'K':
+			unit = (guint64)1 << 10;
+			end++;
+			break;
+		case 'M':
+			unit = (guint64)1 << 20;
+			end++;
+			break;
+		case 'G':
+			unit = (guint64)1 << 30;
+			end++;
+			break;
+		}
+	}
+	if (!g_ascii_isdigit(v[0]) || errno || !end || *end ||
+	    n > G_MAXUINT64 / unit || n * unit < min || n * unit > max) {
+		g_set_error(
+			error, BFS_ERROR, EINVAL,
+			"--%s: '%s' is not a size between %" G_GUINT64_FORMAT
+			" and %" G_GUINT64_FORMAT
+			" bytes (a number of bytes, or with K, M or G)",
+			name, v, min, max);
+		return FALSE;
+	}
+	*out = n * unit;
+	return TRUE;
+}
+
 static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 			   GError **error)
 {
+	g_autofree char *multipart_above = NULL, *part_size = NULL;
 	g_auto(GStrv) opts = NULL;
 	gboolean version = FALSE;
 	int workers = 0;
@@ -504,6 +655,16 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		  "s3://B/KEY" },
 		{ "build", 0, 0, G_OPTION_ARG_NONE, &t->build,
 		  "publish: list the bucket into a new index first", NULL },
+		{ "multipart-above", 0, 0, G_OPTION_ARG_STRING,
+		  &multipart_above,
+		  "publish: an index larger than this goes as a multipart "
+		  "upload (default 1G; at most 5G, S3's limit for one PUT)",
+		  "SIZE" },
+		{ "part-size", 0, 0, G_OPTION_ARG_STRING, &part_size,
+		  "publish: the multipart upload's part size, 5M to 5G "
+		  "(default 16M, more if the index needs more than 10,000 "
+		  "parts)",
+		  "SIZE" },
 		{ "abort", 0, 0, G_OPTION_ARG_NONE, &t->abort,
 		  "uploads: abort the uploads listed", NULL },
 		{ "version", 'V', 0, G_OPTION_ARG_NONE, &version,
@@ -554,6 +715,14 @@ static gboolean parse_args(struct tool *t, int *argc, char ***argv,
 		return FALSE;
 	}
 	t->workers = (guint)workers;
+	t->multipart_above = PUBLISH_MULTIPART_DEFAULT;
+	if (multipart_above &&
+	    !parse_size("multipart-above", multipart_above, 0, PUT_MAX,
+			&t->multipart_above, error))
+		return FALSE;
+	if (part_size && !parse_size("part-size", part_size, PUBLISH_PART_MIN,
+				     PUBLISH_PART_MAX, &t->part_size, error))
+		return FALSE;
 	if (!config_parse_url(&t->cfg, (*argv)[2], error))
 		return FALSE;
 	for (i = 0; opts && opts[i]; i++)
@@ -576,6 +745,7 @@ int main(int argc, char **argv)
 	config_init(&t.cfg);
 	if (!parse_args(&t, &argc, &argv, &error)) {
 		fprintf(stderr, "bucketfs-index: %s\n", error->message);
+		g_free(t.to);
 		config_clear(&t.cfg);
 		return 2;
 	}
