@@ -54,9 +54,13 @@
  * reached no endpoint and those that stalled (the server took the
  * request, then sent nothing for stall_timeout) are not counted in
  * max_attempts, so a store down or silent for less than that is waited
- * for; past it, the next such failure ends the request with "no endpoint
- * reachable for retry_deadline (N s)" or "no endpoint answered for
- * retry_deadline (N s)".
+ * for.  The age is the request's, from its submission: once a request
+ * older than retry_deadline has had one such round uncounted, the next
+ * one ends it with "no endpoint reachable for retry_deadline (N s)" or
+ * "no endpoint answered for retry_deadline (N s)", even when the store
+ * answered in between (a known limit: the deadline is not measured from
+ * the start of the silence).  A round while the request has had none
+ * such is counted as usual.
  * Every retry but those that reached no endpoint takes a token of the
  * retry budget, a token bucket as in the AWS SDKs: 100 tokens, half a
  * token earned by each request's first attempt and 10 a second.  A retry

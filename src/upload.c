@@ -59,8 +59,8 @@ static void part_done(const char *etag, const GError *error, void *user);
 
 /*
  * The request let go of the part's bytes: only now is its slot free, so
- * no more than write_parts parts wait or travel at once (a writer's next
- * part is mapped before it waits for a slot: one more per file).  Any
+ * no more than write_parts parts wait or travel at once (a writer cuts
+ * its next part only once it has booked a slot: upload_part_cut()).  Any
  * thread.
  */
 static void part_released(gpointer data)

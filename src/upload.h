@@ -19,7 +19,8 @@
  * An abort (a failure, an interrupted close, an unlink, the daemon's
  * stop) first cancels the upload's parts (http_cancel_set()): those not
  * yet hashed or still waiting for a connection are never sent, those on
- * their way are cut short, and only then, once none holds its slot, is
+ * their way are cut short, one waiting out a retry's backoff ends when
+ * the backoff is due, and only then, once none holds its slot, is
  * AbortMultipartUpload sent.
  *
  * Threads: one writer per upload at a time (the caller serializes); any
