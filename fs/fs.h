@@ -41,6 +41,10 @@ struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
 	enum fs_direct_io direct_io;
+	/* -o passthrough=off: files fetched whole are stored in the page
+	 * cache at open even where the kernel could read them from a memfd
+	 * (passthrough.h); FALSE (auto): passthrough where it can be. */
+	gboolean passthrough_off;
 	/* -o readdirplus=always: every listing hands the kernel attributes
 	 * and an inode per name; FALSE (auto): only where lookups follow. */
 	gboolean readdirplus_always;

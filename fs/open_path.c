@@ -104,6 +104,44 @@ static gboolean store(struct open_call *oc, const void *buf, gsize len)
 	return TRUE;
 }
 
+/*
+ * Answers @oc's open in passthrough from a memfd of @buf (passthrough.h)
+ * if it may be; TRUE if it answered (or the request is gone).  Otherwise
+ * the open is recorded as cached where passthrough is on, and left to the
+ * caller.
+ */
+static gboolean pass_through(struct open_call *oc, const void *buf, gsize len)
+{
+	struct fs *fs = oc->fs;
+	struct handle *h = oc->h;
+	struct fuse_file_info f = oc->fi;
+	gboolean passed = FALSE;
+	int id = -1;
+
+	if (len != oc->size)
+		return FALSE;
+	h->ino = oc->ino;
+	h->pt_mode = pt_open(fs->pt, oc->ino, buf, len, &id);
+	if (h->pt_mode != PT_PASSTHROUGH)
+		return FALSE;
+	/* The kernel allows neither with FOPEN_PASSTHROUGH. */
+	f.keep_cache = 0;
+	f.direct_io = 0;
+	if (fuse_init_reply_open(oc->req, &f, id, &passed) != 0) {
+		handle_free(fs, h);
+		return TRUE;
+	}
+	if (!passed) {
+		log_msg(LOG_LEVEL_WARNING,
+			"FUSE passthrough: libfuse's open reply has an "
+			"unexpected size; '%s' opened through the page cache",
+			h->key);
+		pt_demote(fs->pt, oc->ino);
+		h->pt_mode = PT_CACHED;
+	}
+	return TRUE;
+}
+
 /* The whole object is here (@buf, borrowed), or its GET failed. */
 static void open_ready(const void *buf, gsize len, const GError *error,
 		       void *user)
@@ -122,6 +160,10 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 		open_log_read_error(oc->h->key, error);
 		fuse_reply_err(oc->req, bfs_error_errno(error));
 		handle_free(oc->fs, oc->h);
+		g_free(oc);
+		return;
+	}
+	if (pass_through(oc, buf, len)) {
 		g_free(oc);
 		return;
 	}
