@@ -20,9 +20,8 @@ struct pt_backing_map {
 	uint64_t padding;
 };
 
-#define PT_DEV_IOC_MAGIC 229
-#define PT_DEV_IOC_BACKING_OPEN                                                \
-	_IOW(PT_DEV_IOC_MAGIC, 1, struct pt_backing_map)
+#define PT_DEV_IOC_MAGIC	 229
+#define PT_DEV_IOC_BACKING_OPEN	 _IOW(PT_DEV_IOC_MAGIC, 1, struct pt_backing_map)
 #define PT_DEV_IOC_BACKING_CLOSE _IOW(PT_DEV_IOC_MAGIC, 2, uint32_t)
 
 /* A node's opens the kernel may still hold. */
@@ -149,8 +148,7 @@ static int make_backing(struct passthrough *pt, const void *buf, gsize len,
 	if (id >= 0)
 		return id;
 	*why = PT_FB_BACKING;
-	if (err == EPERM &&
-	    g_atomic_int_compare_and_exchange(&pt->on, 1, 0)) {
+	if (err == EPERM && g_atomic_int_compare_and_exchange(&pt->on, 1, 0)) {
 		log_msg(LOG_LEVEL_INFO,
 			"FUSE passthrough off: FUSE_DEV_IOC_BACKING_OPEN: %s "
 			"(it needs CAP_SYS_ADMIN in the initial user "

@@ -48,14 +48,14 @@ enum pt_fallback {
 
 /* How an open file was answered, in its handle. */
 enum pt_mode {
-	PT_NONE,	/* not recorded (passthrough off, or not fetched whole) */
-	PT_CACHED,	/* cached, recorded */
+	PT_NONE,   /* not recorded (passthrough off, or not fetched whole) */
+	PT_CACHED, /* cached, recorded */
 	PT_PASSTHROUGH, /* passthrough, recorded */
 };
 
 struct pt_stats {
-	gboolean on;	/* negotiated and not turned off */
-	guint64 opens;	/* opens answered in passthrough */
+	gboolean on;   /* negotiated and not turned off */
+	guint64 opens; /* opens answered in passthrough */
 	guint64 fallbacks[PT_FALLBACKS];
 };
 
