@@ -34,8 +34,9 @@ struct pt_node {
 struct passthrough {
 	GMutex lock;
 	GHashTable *nodes; /* protected by lock: ino -> struct pt_node */
-	int dev_fd;	   /* set by pt_enable(), then immutable */
-	gint on;	   /* atomic */
+	int dev_fd;	   /* set by pt_enable() before enabled */
+	gint enabled;	   /* atomic: pt_enable() ran */
+	gint on;	   /* atomic: enabled and not turned off */
 	guint64 opens;	   /* atomic */
 	guint64 fallbacks[PT_FALLBACKS]; /* atomic */
 };
@@ -75,6 +76,8 @@ void pt_free(struct passthrough *pt)
 void pt_enable(struct passthrough *pt, int dev_fd)
 {
 	pt->dev_fd = dev_fd;
+	/* Publishes dev_fd: read only after enabled or on is seen. */
+	g_atomic_int_set(&pt->enabled, 1);
 	g_atomic_int_set(&pt->on, 1);
 }
 
@@ -207,7 +210,7 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 	int fresh, spare = -1;
 	enum pt_mode mode;
 
-	if (pt->dev_fd < 0)
+	if (!g_atomic_int_get(&pt->enabled))
 		return PT_NONE; /* never negotiated */
 	/* The common case first: nothing else has the node open. */
 	g_mutex_lock(&pt->lock);
