@@ -272,8 +272,8 @@ static gboolean has_sys_admin(void)
 /* Why files fetched whole must not pass through, or NULL. */
 static const char *passthrough_off(const struct fs *fs)
 {
-	if (fs->opts.passthrough_off)
-		return "-o passthrough=off";
+	if (!fs->opts.passthrough_on)
+		return "off unless -o passthrough=auto";
 	if (fs->opts.direct_io != FS_DIRECT_IO_NONE)
 		return "-o direct_io= is not none";
 	if (!has_sys_admin())

@@ -98,11 +98,11 @@ static const char mount_help[] =
 "                          maps), those fetched whole, or every file\n"
 "                          (one copy less; mmap(MAP_SHARED) of them needs\n"
 "                          Linux >= 6.6 and fails with ENODEV before)\n"
-"    passthrough=auto|off  files fetched whole (direct_io=none) read by\n"
+"    passthrough=off|auto  files fetched whole (direct_io=none) read by\n"
 "                          the kernel from a memfd, without a request to\n"
-"                          the daemon (auto, the default: where the kernel\n"
-"                          offers FUSE passthrough, Linux >= 6.9, and the\n"
-"                          daemon has CAP_SYS_ADMIN), or never (off: the\n"
+"                          the daemon (auto: where the kernel offers FUSE\n"
+"                          passthrough, Linux >= 6.9, and the daemon has\n"
+"                          CAP_SYS_ADMIN), or never (off, the default: the\n"
 "                          page cache is filled at open)\n"
 "    readdirplus=auto|always  whether a listing hands the kernel each\n"
 "                          name's attributes: only where they are used\n"
@@ -371,7 +371,7 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 
 		if (i < 0)
 			return FALSE;
-		m->fs.passthrough_off = i == 1;
+		m->fs.passthrough_on = i == 0;
 		return TRUE;
 	}
 	if (!strcmp(name, "readdirplus")) {

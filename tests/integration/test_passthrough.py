@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""FUSE passthrough of files fetched whole (fs/passthrough.h): on a kernel
-that offers it (Linux >= 6.9 built with CONFIG_FUSE_PASSTHROUGH) and with
+"""FUSE passthrough of files fetched whole (fs/passthrough.h), asked for
+with -o passthrough=auto (off by default): on a kernel that offers it
+(Linux >= 6.9 built with CONFIG_FUSE_PASSTHROUGH) and with
 CAP_SYS_ADMIN, INIT negotiates it and says so; a small file's open is
 answered in passthrough from a memfd (counted in user.bucketfs.stats) and
 its reads and mappings never reach the daemon, byte-exact; two processes
@@ -8,8 +9,8 @@ holding the same file open at once, and many opening it at the same
 moment, all pass through with the node's one backing file; a file opened
 while the node is open in cached mode (the first open fell back: its
 memfd could not be made) is opened cached too, counted, with the right
-bytes, and passes through again once those are closed; passthrough=off
-and direct_io= turn it off, and say why in the log."""
+bytes, and passes through again once those are closed; the default,
+passthrough=off and direct_io= leave it off, and say why in the log."""
 
 import json
 import mmap
@@ -102,9 +103,10 @@ class PassthroughTest(harness.MountCase):
         if r.returncode != 0:
             raise RuntimeError(r.stderr)
 
-    def mount(self, *opts):
+    def mount(self, *opts, pt="passthrough=auto"):
         log = os.path.join(self.tmp, f"m{time.monotonic_ns()}.log")
-        m = Mount("s3://ptfs", self.server.url, self.idx, *opts, log=log)
+        m = Mount("s3://ptfs", self.server.url, self.idx,
+                  *([pt] if pt else []), *opts, log=log)
         self.mounts.append(m)
         return m
 
@@ -250,10 +252,13 @@ class PassthroughTest(harness.MountCase):
         self.unmount(m)
 
     def test_turned_off(self):
-        for opts, why in ((("passthrough=off",), "-o passthrough=off"),
-                          (("direct_io=small",), "direct_io= is not none")):
-            with self.subTest(opts=opts):
-                m = self.mount(*opts)
+        for pt, opts, why in (
+                (None, (), "off unless -o passthrough=auto"),
+                ("passthrough=off", (), "off unless -o passthrough=auto"),
+                ("passthrough=auto", ("direct_io=small",),
+                 "direct_io= is not none")):
+            with self.subTest(pt=pt, opts=opts):
+                m = self.mount(*opts, pt=pt)
                 self.assertTrue(m.wait_output("no FUSE passthrough"),
                                 m.output())
                 self.assertIn(why, m.output())
