@@ -118,10 +118,11 @@ static gboolean pass_through(struct open_call *oc, const void *buf, gsize len)
 	gboolean passed = FALSE;
 	int id = -1;
 
-	if (len != oc->size)
-		return FALSE;
 	h->ino = oc->ino;
-	h->pt_mode = pt_open(fs->pt, oc->ino, buf, len, &id);
+	/* Not the whole object: no memfd of it, but a node in passthrough
+	 * stays so (its other open's memfd holds the object). */
+	h->pt_mode = pt_open(fs->pt, oc->ino, len == oc->size ? buf : NULL, len,
+			     &id);
 	if (h->pt_mode != PT_PASSTHROUGH)
 		return FALSE;
 	/* The kernel allows neither with FOPEN_PASSTHROUGH. */

@@ -237,6 +237,8 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 	node_maybe_drop(pt, ino, n);
 	g_mutex_unlock(&pt->lock);
 
+	if (!buf)
+		return record_cached(pt, ino, PT_FB_MEMFD);
 	/* Outside the lock: another open of the node may get there first. */
 	fresh = make_backing(pt, buf, len, &why);
 	if (fresh < 0)

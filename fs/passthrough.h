@@ -40,7 +40,8 @@
 /* Why an open that could have passed through did not. */
 enum pt_fallback {
 	PT_FB_CACHED,  /* the node is open in cached mode */
-	PT_FB_MEMFD,   /* memfd_create() or its write failed */
+	PT_FB_MEMFD,   /* memfd_create() or its write failed, or the bytes
+			* were not the whole object */
 	PT_FB_BACKING, /* FUSE_DEV_IOC_BACKING_OPEN failed */
 	PT_FB_REPLY,   /* the reply could not carry the backing id */
 	PT_FALLBACKS
@@ -74,9 +75,10 @@ gboolean pt_on(struct passthrough *pt);
 
 /*
  * Decides how the open of node @ino, whose whole object is @buf (@len
- * bytes), is answered, and records it: PT_PASSTHROUGH with *@backing_id
- * to put in the reply, PT_CACHED, or PT_NONE when passthrough is off
- * (nothing recorded).  A recorded open must end with pt_release() (its
+ * bytes; NULL if its bytes are not the whole object: no memfd is made of
+ * them, counted as PT_FB_MEMFD), is answered, and records it: PT_PASSTHROUGH
+ * with *@backing_id to put in the reply, PT_CACHED, or PT_NONE when passthrough
+ * is off (nothing recorded).  A recorded open must end with pt_release() (its
  * RELEASE, or its reply failing).  Any thread; may block on the memfd's
  * write and an ioctl.
  */
