@@ -30,8 +30,12 @@
 #define FOPEN_PASSTHROUGH (1 << 7)
 #endif
 
-/* fuse_init_out as of 7.40: max_stack_depth where 7.38 had unused[0]. */
-#define INIT_OUT_STACK_DEPTH (offsetof(struct fuse_init_out, unused))
+/* fuse_init_out as of 7.40: max_stack_depth right after flags2, where
+ * 7.38 had unused[0].  Not offsetof(unused): 7.40's headers moved unused
+ * past max_stack_depth (40), 7.43's past request_timeout (42). */
+#define INIT_OUT_STACK_DEPTH                                                   \
+	(offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t))
+G_STATIC_ASSERT(INIT_OUT_STACK_DEPTH == 36);
 
 /* fuse_open_out as of 7.40: backing_id where 7.38 had padding. */
 struct open_out_740 {
@@ -40,6 +44,11 @@ struct open_out_740 {
 	int32_t backing_id;
 };
 G_STATIC_ASSERT(sizeof(struct open_out_740) == sizeof(struct fuse_open_out));
+/* libfuse 3's fuse_reply_open() sends its own fuse_open_out, 16 bytes in
+ * every 3.x (3.14's padding is 3.16's backing_id): the hook patches that
+ * reply and nothing else. */
+G_STATIC_ASSERT(FUSE_MAJOR_VERSION == 3);
+G_STATIC_ASSERT(sizeof(struct open_out_740) == 16);
 
 /* The longest INIT reply we patch: fuse_init_out and its header. */
 #define INIT_REPLY_MAX                                                         \
@@ -141,16 +150,28 @@ static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 		memcpy((guint8 *)arg + INIT_OUT_STACK_DEPTH, &depth,
 		       sizeof(depth));
 	}
+	/* Before the write: once the kernel has the reply, other workers
+	 * may answer opens, and each must see what INIT gave. */
+	if (mmap)
+		g_atomic_int_set(&st->allow_mmap, 1);
+	if (pt)
+		pt_enable(fs->pt, fuse_session_fd(fs->se));
 	n = write(fd, buf, total);
-	if (n == (ssize_t)total) {
-		if (mmap) {
-			g_atomic_int_set(&st->allow_mmap, 1);
-			log_outcome(st, NULL);
-		}
-		if (pt) {
-			pt_enable(fs->pt, fuse_session_fd(fs->se));
-			log_passthrough(st, NULL);
-		}
+	if (n != (ssize_t)total) {
+		/* The session ends: no open is answered. */
+		g_atomic_int_set(&st->allow_mmap, 0);
+		if (pt)
+			pt_disable(fs->pt);
+		return n;
+	}
+	if (mmap)
+		log_outcome(st, NULL);
+	if (pt) {
+		const char *why = pt_probe(fs->pt);
+
+		if (why)
+			pt_disable(fs->pt);
+		log_passthrough(st, why);
 	}
 	return n;
 }
@@ -245,6 +266,30 @@ static ssize_t write_open_reply(int fd, const struct iovec *iov, int count,
 	return n;
 }
 
+/*
+ * Answers the open whose reply (@total bytes, request @unique) could not
+ * carry the backing id with EIO instead, so that the kernel opens nothing
+ * the daemon did not record: the caller sees the reply unpatched and lets
+ * go of the record and the handle (no RELEASE comes).  Returns @total
+ * when written, as the writev() of the reply would have.
+ */
+static ssize_t write_open_refusal(int fd, uint64_t unique, size_t total)
+{
+	struct fuse_out_header out = {
+		.len = sizeof(out),
+		.error = -EIO,
+		.unique = unique,
+	};
+	ssize_t n;
+
+	log_msg(LOG_LEVEL_ERR,
+		"FUSE passthrough: libfuse's open reply is %zu bytes, not %zu; "
+		"the open fails (EIO)",
+		total, sizeof(out) + sizeof(struct open_out_740));
+	n = write(fd, &out, sizeof(out));
+	return n == (ssize_t)sizeof(out) ? (ssize_t)total : n;
+}
+
 static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 {
 	struct fs *fs = userdata;
@@ -259,11 +304,14 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 	for (i = 0; i < count; i++)
 		total += iov[i].iov_len;
 	if (open_backing_id >= 0) {
-		if (out->error == 0 &&
-		    total == sizeof(*out) + sizeof(struct open_out_740))
+		if (out->error != 0)
+			return writev(fd, iov, count);
+		if (total == sizeof(*out) + sizeof(struct open_out_740))
 			return write_open_reply(fd, iov, count,
 						open_backing_id);
-		return writev(fd, iov, count);
+		/* Cannot be with libfuse 3 (above); were it so, the open
+		 * fails rather than opening unrecorded. */
+		return write_open_refusal(fd, out->unique, total);
 	}
 	if (g_atomic_int_get(&st->stage) != 1 || out->unique != st->unique)
 		return writev(fd, iov, count);

@@ -59,9 +59,10 @@ gboolean fuse_init_hook(struct fuse_session *se, GError **error);
  * and @backing_id (FUSE_DEV_IOC_BACKING_OPEN's, passthrough.h): libfuse
  * writes the reply on the calling thread, through the hook, which adds
  * them.  Returns what fuse_reply_open() did; *@passed says whether the
- * reply carried them (FALSE only if libfuse's reply was not the 7.40
- * fuse_open_out's size, or failed before it was written).  Requires
- * fuse_init_hook().  Any thread.
+ * reply carried them.  FALSE only if libfuse's reply was not the 7.40
+ * fuse_open_out's size (not with libfuse 3: a build-time assertion), and
+ * then the kernel got EIO instead of the reply and opened nothing.
+ * Requires fuse_init_hook().  Any thread.
  */
 int fuse_init_reply_open(fuse_req_t req, const struct fuse_file_info *fi,
 			 int backing_id, gboolean *passed);

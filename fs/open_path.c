@@ -128,17 +128,14 @@ static gboolean pass_through(struct open_call *oc, const void *buf, gsize len)
 	/* The kernel allows neither with FOPEN_PASSTHROUGH. */
 	f.keep_cache = 0;
 	f.direct_io = 0;
-	if (fuse_init_reply_open(oc->req, &f, id, &passed) != 0) {
+	/* Neither @h nor @oc's request are touched after a reply that
+	 * opened the file: its RELEASE may free @h at once. */
+	if (fuse_init_reply_open(oc->req, &f, id, &passed) != 0 || !passed) {
+		/* Not opened (the write failed, or the hook answered EIO):
+		 * no RELEASE comes. */
+		if (!passed)
+			pt_count_fallback(fs->pt, PT_FB_REPLY);
 		handle_free(fs, h);
-		return TRUE;
-	}
-	if (!passed) {
-		log_msg(LOG_LEVEL_WARNING,
-			"FUSE passthrough: libfuse's open reply has an "
-			"unexpected size; '%s' opened through the page cache",
-			h->key);
-		pt_demote(fs->pt, oc->ino);
-		h->pt_mode = PT_CACHED;
 	}
 	return TRUE;
 }

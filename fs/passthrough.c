@@ -81,6 +81,38 @@ void pt_enable(struct passthrough *pt, int dev_fd)
 	g_atomic_int_set(&pt->on, 1);
 }
 
+void pt_disable(struct passthrough *pt)
+{
+	g_atomic_int_set(&pt->on, 0);
+}
+
+const char *pt_probe(struct passthrough *pt)
+{
+	uint32_t zero = 0;
+
+	if (ioctl(pt->dev_fd, PT_DEV_IOC_BACKING_CLOSE, &zero) == 0)
+		return "FUSE_DEV_IOC_BACKING_CLOSE of id 0 succeeded; "
+		       "an unknown kernel";
+	switch (errno) {
+	case EINVAL:
+		return NULL;
+	case EPERM:
+		return "the kernel did not take it at INIT, or the daemon "
+		       "lacks CAP_SYS_ADMIN in the initial user namespace "
+		       "(FUSE_DEV_IOC_BACKING_CLOSE: EPERM)";
+	case EOPNOTSUPP:
+	case ENOTTY:
+		return "the kernel has no FUSE_DEV_IOC_BACKING_CLOSE";
+	default:
+		log_msg(LOG_LEVEL_WARNING,
+			"FUSE passthrough: FUSE_DEV_IOC_BACKING_CLOSE of id 0: "
+			"%s",
+			g_strerror(errno));
+		return "FUSE_DEV_IOC_BACKING_CLOSE of id 0 failed "
+		       "unexpectedly";
+	}
+}
+
 gboolean pt_on(struct passthrough *pt)
 {
 	return g_atomic_int_get(&pt->on);
@@ -191,15 +223,41 @@ static void node_maybe_drop(struct passthrough *pt, fuse_ino_t ino,
 		g_hash_table_remove(pt->nodes, &key);
 }
 
-/* Records a cached open of @ino, counting it under @why; PT_CACHED. */
-static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
-				  enum pt_fallback why)
+/* The kernel refuses a node open both ways (fuse_file_io_open()). */
+static void node_check(const struct pt_node *n)
 {
+	g_assert(!(n->cached && n->passthrough));
+	g_assert((n->backing_id >= 0) == (n->passthrough > 0));
+}
+
+/*
+ * Records an open of @ino that made no backing file (why: @why): cached,
+ * counted under @why, unless another open of the node got it into
+ * passthrough meanwhile (its memfd holds the whole object), which this
+ * one then joins with *@backing_id.
+ */
+static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
+				  enum pt_fallback why, int *backing_id)
+{
+	struct pt_node *n;
+	enum pt_mode mode = PT_CACHED;
+
 	g_mutex_lock(&pt->lock);
-	node_get(pt, ino)->cached++;
+	n = node_get(pt, ino);
+	if (n->passthrough) {
+		n->passthrough++;
+		*backing_id = n->backing_id;
+		mode = PT_PASSTHROUGH;
+	} else {
+		n->cached++;
+	}
+	node_check(n);
 	g_mutex_unlock(&pt->lock);
-	pt_count_fallback(pt, why);
-	return PT_CACHED;
+	if (mode == PT_PASSTHROUGH)
+		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
+	else
+		pt_count_fallback(pt, why);
+	return mode;
 }
 
 enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
@@ -221,6 +279,7 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 		g_mutex_unlock(&pt->lock);
 		return PT_NONE;
 	}
+	node_check(n);
 	if (n->cached) {
 		n->cached++;
 		g_mutex_unlock(&pt->lock);
@@ -238,11 +297,11 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 	g_mutex_unlock(&pt->lock);
 
 	if (!buf)
-		return record_cached(pt, ino, PT_FB_MEMFD);
+		return record_cached(pt, ino, PT_FB_MEMFD, backing_id);
 	/* Outside the lock: another open of the node may get there first. */
 	fresh = make_backing(pt, buf, len, &why);
 	if (fresh < 0)
-		return record_cached(pt, ino, why);
+		return record_cached(pt, ino, why, backing_id);
 	g_mutex_lock(&pt->lock);
 	n = node_get(pt, ino);
 	if (n->cached) {
@@ -258,6 +317,7 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 		*backing_id = n->backing_id;
 		mode = PT_PASSTHROUGH;
 	}
+	node_check(n);
 	g_mutex_unlock(&pt->lock);
 	if (spare >= 0)
 		close_backing(pt, spare);
@@ -286,8 +346,10 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 			n->backing_id = -1;
 		}
 	}
-	if (n)
+	if (n) {
+		node_check(n);
 		node_maybe_drop(pt, ino, n);
+	}
 	g_mutex_unlock(&pt->lock);
 	/* After the lock: a new open makes its own backing file. */
 	if (close_id >= 0)
@@ -303,26 +365,4 @@ void pt_get_stats(struct passthrough *pt, struct pt_stats *out)
 	for (i = 0; i < PT_FALLBACKS; i++)
 		out->fallbacks[i] =
 			__atomic_load_n(&pt->fallbacks[i], __ATOMIC_RELAXED);
-}
-
-void pt_demote(struct passthrough *pt, fuse_ino_t ino)
-{
-	guint64 key = ino;
-	struct pt_node *n;
-	int close_id = -1;
-
-	g_mutex_lock(&pt->lock);
-	n = g_hash_table_lookup(pt->nodes, &key);
-	if (n && n->passthrough) {
-		n->cached++;
-		if (--n->passthrough == 0) {
-			close_id = n->backing_id;
-			n->backing_id = -1;
-		}
-	}
-	g_mutex_unlock(&pt->lock);
-	if (close_id >= 0)
-		close_backing(pt, close_id);
-	__atomic_sub_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
-	pt_count_fallback(pt, PT_FB_REPLY);
 }

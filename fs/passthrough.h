@@ -43,7 +43,9 @@ enum pt_fallback {
 	PT_FB_MEMFD,   /* memfd_create() or its write failed, or the bytes
 			* were not the whole object */
 	PT_FB_BACKING, /* FUSE_DEV_IOC_BACKING_OPEN failed */
-	PT_FB_REPLY,   /* the reply could not carry the backing id */
+	PT_FB_REPLY,   /* the open's reply could not carry the backing id
+			* (libfuse's reply of an unknown size): the open
+			* failed EIO */
 	PT_FALLBACKS
 };
 
@@ -70,6 +72,19 @@ void pt_free(struct passthrough *pt);
  * backing files registered on @dev_fd.  The INIT reply's thread. */
 void pt_enable(struct passthrough *pt, int dev_fd);
 
+/* Turns passthrough off again (the INIT reply was not written, or the
+ * kernel did not take it: pt_probe()); opens already recorded stay so.
+ * Any thread. */
+void pt_disable(struct passthrough *pt);
+
+/* Right after the INIT reply's write, which the kernel processes before
+ * the write returns: NULL if the kernel took FUSE_PASSTHROUGH and lets the
+ * daemon register backing files, else why not.  Asks with
+ * FUSE_DEV_IOC_BACKING_CLOSE of id 0: EINVAL (no such id) when it may,
+ * EPERM when passthrough is off in the connection or the daemon lacks
+ * CAP_SYS_ADMIN in the initial user namespace. */
+const char *pt_probe(struct passthrough *pt);
+
 /* Whether opens may pass through.  Any thread. */
 gboolean pt_on(struct passthrough *pt);
 
@@ -87,11 +102,6 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 
 /* Counts a fallback. */
 void pt_count_fallback(struct passthrough *pt, enum pt_fallback why);
-
-/* An open of @ino that pt_open() answered PT_PASSTHROUGH went out cached
- * (its reply could not carry the backing id): recorded as PT_CACHED from
- * now on, and counted as a fallback (PT_FB_REPLY).  Any thread. */
-void pt_demote(struct passthrough *pt, fuse_ino_t ino);
 
 /* Drops the record of an open of @ino answered as @mode (PT_NONE: does
  * nothing).  The last passthrough open closes the backing id.  Any
