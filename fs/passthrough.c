@@ -27,6 +27,7 @@ struct pt_backing_map {
 /* A node's opens the kernel may still hold. */
 struct pt_node {
 	int backing_id; /* registered while passthrough > 0 */
+	char *etag;	/* its object's, while passthrough > 0 */
 	guint passthrough;
 	guint cached;
 };
@@ -38,6 +39,7 @@ struct passthrough {
 	gint enabled;	   /* atomic: pt_enable() ran */
 	gint on;	   /* atomic: enabled and not turned off */
 	guint64 opens;	   /* atomic */
+	guint64 stale;	   /* atomic: opens refused ESTALE */
 	guint64 fallbacks[PT_FALLBACKS]; /* atomic */
 };
 
@@ -53,13 +55,21 @@ const char *pt_fallback_name(enum pt_fallback why)
 	return fallback_names[why];
 }
 
+static void node_free(gpointer p)
+{
+	struct pt_node *n = p;
+
+	g_free(n->etag);
+	g_free(n);
+}
+
 struct passthrough *pt_new(void)
 {
 	struct passthrough *pt = g_new0(struct passthrough, 1);
 
 	g_mutex_init(&pt->lock);
 	pt->nodes = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
-					  g_free);
+					  node_free);
 	pt->dev_fd = -1;
 	return pt;
 }
@@ -230,20 +240,42 @@ static void node_check(const struct pt_node *n)
 	g_assert((n->backing_id >= 0) == (n->passthrough > 0));
 }
 
+/* Whether node @n is in passthrough from another object than @etag's:
+ * the kernel would serve that object's bytes to the new open. */
+static gboolean is_stale(const struct pt_node *n, const char *etag)
+{
+	return n->passthrough && g_strcmp0(n->etag, etag) != 0;
+}
+
+/* An open refused with ESTALE (the node's backing file is another
+ * object's): PT_NONE, nothing recorded. */
+static enum pt_mode refuse_stale(struct passthrough *pt, int *err)
+{
+	__atomic_add_fetch(&pt->stale, 1, __ATOMIC_RELAXED);
+	*err = ESTALE;
+	return PT_NONE;
+}
+
 /*
- * Records an open of @ino that made no backing file (why: @why): cached,
- * counted under @why, unless another open of the node got it into
- * passthrough meanwhile (its memfd holds the whole object), which this
- * one then joins with *@backing_id.
+ * Records an open of @ino (object @etag) that made no backing file (why:
+ * @why, PT_FALLBACKS: not a fallback, counted nowhere): cached, unless
+ * another open of the node got it into passthrough meanwhile (its memfd
+ * holds the whole object), which this one then joins with *@backing_id;
+ * or refused (*@err) if that memfd holds another object.
  */
 static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
-				  enum pt_fallback why, int *backing_id)
+				  const char *etag, enum pt_fallback why,
+				  int *backing_id, int *err)
 {
 	struct pt_node *n;
 	enum pt_mode mode = PT_CACHED;
 
 	g_mutex_lock(&pt->lock);
 	n = node_get(pt, ino);
+	if (is_stale(n, etag)) {
+		g_mutex_unlock(&pt->lock);
+		return refuse_stale(pt, err);
+	}
 	if (n->passthrough) {
 		n->passthrough++;
 		*backing_id = n->backing_id;
@@ -255,19 +287,29 @@ static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
 	g_mutex_unlock(&pt->lock);
 	if (mode == PT_PASSTHROUGH)
 		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
-	else
+	else if (why < PT_FALLBACKS)
 		pt_count_fallback(pt, why);
 	return mode;
 }
 
-enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
-		     gsize len, int *backing_id)
+enum pt_mode pt_open_unfetched(struct passthrough *pt, fuse_ino_t ino,
+			       const char *etag, int *backing_id, int *err)
+{
+	*err = 0;
+	if (!g_atomic_int_get(&pt->enabled))
+		return PT_NONE;
+	return record_cached(pt, ino, etag, PT_FALLBACKS, backing_id, err);
+}
+
+enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
+		     const void *buf, gsize len, int *backing_id, int *err)
 {
 	enum pt_fallback why = PT_FB_CACHED;
 	struct pt_node *n;
 	int fresh, spare = -1;
 	enum pt_mode mode;
 
+	*err = 0;
 	if (!g_atomic_int_get(&pt->enabled))
 		return PT_NONE; /* never negotiated */
 	/* The common case first: nothing else has the node open. */
@@ -280,6 +322,10 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 		return PT_NONE;
 	}
 	node_check(n);
+	if (is_stale(n, etag)) {
+		g_mutex_unlock(&pt->lock);
+		return refuse_stale(pt, err);
+	}
 	if (n->cached) {
 		n->cached++;
 		g_mutex_unlock(&pt->lock);
@@ -297,22 +343,28 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 	g_mutex_unlock(&pt->lock);
 
 	if (!buf)
-		return record_cached(pt, ino, PT_FB_MEMFD, backing_id);
+		return record_cached(pt, ino, etag, PT_FB_MEMFD, backing_id,
+				     err);
 	/* Outside the lock: another open of the node may get there first. */
 	fresh = make_backing(pt, buf, len, &why);
 	if (fresh < 0)
-		return record_cached(pt, ino, why, backing_id);
+		return record_cached(pt, ino, etag, why, backing_id, err);
 	g_mutex_lock(&pt->lock);
 	n = node_get(pt, ino);
-	if (n->cached) {
+	if (is_stale(n, etag)) {
+		spare = fresh;
+		mode = PT_NONE;
+	} else if (n->cached) {
 		n->cached++;
 		spare = fresh;
 		mode = PT_CACHED;
 	} else {
-		if (n->passthrough)
+		if (n->passthrough) {
 			spare = fresh;
-		else
+		} else {
 			n->backing_id = fresh;
+			n->etag = g_strdup(etag);
+		}
 		n->passthrough++;
 		*backing_id = n->backing_id;
 		mode = PT_PASSTHROUGH;
@@ -321,6 +373,8 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
 	g_mutex_unlock(&pt->lock);
 	if (spare >= 0)
 		close_backing(pt, spare);
+	if (mode == PT_NONE)
+		return refuse_stale(pt, err);
 	if (mode == PT_CACHED)
 		pt_count_fallback(pt, PT_FB_CACHED);
 	else
@@ -344,6 +398,7 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 		if (--n->passthrough == 0) {
 			close_id = n->backing_id;
 			n->backing_id = -1;
+			g_clear_pointer(&n->etag, g_free);
 		}
 	}
 	if (n) {
@@ -362,6 +417,7 @@ void pt_get_stats(struct passthrough *pt, struct pt_stats *out)
 
 	out->on = pt_on(pt);
 	out->opens = __atomic_load_n(&pt->opens, __ATOMIC_RELAXED);
+	out->stale = __atomic_load_n(&pt->stale, __ATOMIC_RELAXED);
 	for (i = 0; i < PT_FALLBACKS; i++)
 		out->fallbacks[i] =
 			__atomic_load_n(&pt->fallbacks[i], __ATOMIC_RELAXED);

@@ -59,6 +59,7 @@ enum pt_mode {
 struct pt_stats {
 	gboolean on;   /* negotiated and not turned off */
 	guint64 opens; /* opens answered in passthrough */
+	guint64 stale; /* opens refused ESTALE (pt_open()) */
 	guint64 fallbacks[PT_FALLBACKS];
 };
 
@@ -89,16 +90,31 @@ const char *pt_probe(struct passthrough *pt);
 gboolean pt_on(struct passthrough *pt);
 
 /*
- * Decides how the open of node @ino, whose whole object is @buf (@len
- * bytes; NULL if its bytes are not the whole object: no memfd is made of
- * them, counted as PT_FB_MEMFD), is answered, and records it: PT_PASSTHROUGH
- * with *@backing_id to put in the reply, PT_CACHED, or PT_NONE when passthrough
- * is off (nothing recorded).  A recorded open must end with pt_release() (its
- * RELEASE, or its reply failing).  Any thread; may block on the memfd's
- * write and an ioctl.
+ * Decides how the open of node @ino, whose whole object (ETag @etag) is
+ * @buf (@len bytes; NULL if its bytes are not the whole object: no memfd
+ * is made of them, counted as PT_FB_MEMFD), is answered, and records it:
+ * PT_PASSTHROUGH with *@backing_id to put in the reply, PT_CACHED, or
+ * PT_NONE when passthrough is off (nothing recorded).  PT_NONE with
+ * ESTALE in *@err (else 0) refuses the open: the node is open in
+ * passthrough from another object than @etag's (the index was refreshed,
+ * SIGHUP, and the key's object changed while a reader held the file), and
+ * the kernel would serve that object's bytes; the open is to fail with
+ * *@err.  A recorded open must end with pt_release() (its RELEASE, or its
+ * reply failing).  Any thread; may block on the memfd's write and an
+ * ioctl.
  */
-enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const void *buf,
-		     gsize len, int *backing_id);
+enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
+		     const void *buf, gsize len, int *backing_id, int *err);
+
+/*
+ * The same for an open of an index file that is not fetched whole (empty,
+ * or larger than readahead's whole-file limit) and not direct_io: the
+ * kernel refuses a cached open of a node in passthrough, so it is
+ * recorded too, cached or joining the node's live backing file (the same
+ * object), or refused ESTALE as pt_open().  Counted as no fallback.
+ */
+enum pt_mode pt_open_unfetched(struct passthrough *pt, fuse_ino_t ino,
+			       const char *etag, int *backing_id, int *err);
 
 /* Counts a fallback. */
 void pt_count_fallback(struct passthrough *pt, enum pt_fallback why);

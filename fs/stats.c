@@ -158,6 +158,7 @@ static void add_passthrough(JsonBuilder *b, const struct pt_stats *pt)
 	json_builder_set_member_name(b, "on");
 	json_builder_add_boolean_value(b, pt->on);
 	add_uint(b, "opens", pt->opens);
+	add_uint(b, "stale", pt->stale);
 	json_builder_set_member_name(b, "fallbacks");
 	json_builder_begin_object(b);
 	for (i = 0; i < PT_FALLBACKS; i++)

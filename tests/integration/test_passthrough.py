@@ -12,12 +12,14 @@ memfd could not be made) is opened cached too, counted, with the right
 bytes, and passes through again once those are closed; the default,
 passthrough=off and direct_io= leave it off, and say why in the log."""
 
+import errno
 import json
 import mmap
 import multiprocessing
 import os
 import random
 import resource
+import signal
 import sys
 import tempfile
 import time
@@ -94,9 +96,15 @@ class PassthroughTest(harness.MountCase):
                        for i in range(6)}
         cls.objects["large.bin"] = rnd.randbytes(12 * MiB + 17)
         cls.objects["empty.bin"] = b""
+        cls.objects["same.bin"] = rnd.randbytes(200_003)
+        cls.objects["grows.bin"] = rnd.randbytes(150_001)
         for k, v in cls.objects.items():
             harness.put_object(cls.server.url, "ptfs", k, v)
         cls.idx = os.path.join(cls.tmp, "pt.idx")
+        cls.build_index()
+
+    @classmethod
+    def build_index(cls):
         r = harness.run([harness.binary("bucketfs-index"), "build", "-q",
                          "-o", f"endpoint={cls.server.url},index={cls.idx}",
                          "s3://ptfs"])
@@ -217,8 +225,12 @@ class PassthroughTest(harness.MountCase):
         try:
             # No descriptor left for a memfd: the open falls back to the
             # page cache, and the node is open cached.
-            used = len(os.listdir(f"/proc/{pid}/fd"))
-            resource.prlimit(pid, resource.RLIMIT_NOFILE, (used, limit[1]))
+            # The limit caps descriptor numbers, not their count: at the
+            # lowest free number, no new one can be made.
+            fds = {int(x) for x in os.listdir(f"/proc/{pid}/fd")}
+            lowest = min(set(range(len(fds) + 1)) - fds)
+            resource.prlimit(pid, resource.RLIMIT_NOFILE,
+                             (lowest, limit[1]))
             first = open(m.path(name), "rb")
         finally:
             resource.prlimit(pid, resource.RLIMIT_NOFILE, limit)
@@ -250,6 +262,75 @@ class PassthroughTest(harness.MountCase):
             self.assertLess(time.monotonic(), deadline, self.pt(m))
             time.sleep(0.05)
         self.unmount(m)
+
+    def test_refresh_while_held_open(self):
+        """After a SIGHUP to an index where the object changed (the same
+        size, or now too large to fetch whole), a new open of the node a
+        reader holds open in passthrough fails ESTALE, logged with the
+        key, never gets the old object's bytes (or the kernel's EIO); once
+        the reader closes, the new object's bytes."""
+        rnd = random.Random(2511)
+        cases = (("same.bin", rnd.randbytes(200_003)),
+                 ("grows.bin", rnd.randbytes(12 * MiB + 5)))
+        try:
+            for name, new in cases:
+                with self.subTest(name=name):
+                    # A mount each: one SIGHUP per mount.
+                    m = self.mount()
+                    self.assertTrue(
+                        m.wait_output("FUSE_PASSTHROUGH negotiated"),
+                        m.output())
+                    path = m.path(name)
+                    old = self.objects[name]
+                    held = open(path, "rb", buffering=0)
+                    try:
+                        self.assertEqual(held.read(), old)
+                        harness.put_object(self.server.url, "ptfs", name,
+                                           new)
+                        self.build_index()
+                        m.proc.send_signal(signal.SIGHUP)
+                        self.assertTrue(
+                            m.wait_output("SIGHUP: now serving"),
+                            m.output())
+                        # The node the kernel knows is in passthrough
+                        # from the old object: ESTALE, after which the
+                        # kernel may look the name up again and open the
+                        # new node.  Never the old bytes.
+                        try:
+                            got = read_all(path, MiB)
+                        except OSError as e:
+                            self.assertEqual(e.errno, errno.ESTALE,
+                                             m.output())
+                        else:
+                            self.assertEqual(len(got), len(new))
+                            self.assertTrue(got == new, "not the new bytes")
+                        self.assertTrue(m.wait_output(
+                            f"open '{name}': Stale file handle"),
+                            m.output())
+                        pt = self.pt(m)
+                        self.assertEqual(pt["stale"], 1, pt)
+                        # The reader still reads its object.
+                        held.seek(0)
+                        self.assertEqual(held.read(), old)
+                    finally:
+                        held.close()
+                    # RELEASE comes after close(2) returns.
+                    deadline = time.monotonic() + 10
+                    while True:
+                        try:
+                            got = read_all(path, MiB)
+                            break
+                        except OSError as err:
+                            self.assertEqual(err.errno, errno.ESTALE)
+                            self.assertLess(time.monotonic(), deadline)
+                            time.sleep(0.05)
+                    self.assertEqual(got, new)
+                    self.unmount(m)
+        finally:
+            for name, _ in cases:
+                harness.put_object(self.server.url, "ptfs", name,
+                                   self.objects[name])
+            self.build_index()
 
     def test_turned_off(self):
         for pt, opts, why in (

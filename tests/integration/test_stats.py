@@ -62,9 +62,11 @@ class StatsTest(harness.MountCase):
         self.assertEqual(set(s["readahead"]), set(READAHEAD))
         self.assertEqual(set(s["streams"]), set(STREAMS))
         self.assertEqual(set(s["files"]), {"reads", "handed_over"})
-        self.assertEqual(set(s["passthrough"]), {"on", "opens", "fallbacks"})
+        self.assertEqual(set(s["passthrough"]), {"on", "opens", "stale",
+                                                "fallbacks"})
         self.assertIsInstance(s["passthrough"]["on"], bool)
         self.assertIsInstance(s["passthrough"]["opens"], int)
+        self.assertIsInstance(s["passthrough"]["stale"], int)
         self.assertEqual(set(s["passthrough"]["fallbacks"]),
                          {"cached", "memfd", "backing", "reply"})
         self.assertEqual(set(s["stages"]), {"samples", *STAGES})
