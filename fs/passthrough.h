@@ -13,18 +13,20 @@
  * file: the kernel refuses (EIO to the opener) an open of a node in
  * passthrough mode that names another backing file or none, and a
  * passthrough open of a node open in cached mode.  So each node has a
- * record: its live backing id and how many of its opens are passthrough
- * or cached.  A node open cached is opened cached again until all those
+ * record: its live backing id, its object's ETag, and how many of its
+ * opens are passthrough or cached (never both).  pt->lock, which guards
+ * it, is a leaf.  A node open cached is opened cached again until all those
  * opens are released (counted as a fallback, "cached"); a node open in
  * passthrough is opened with the same backing id.  The record is taken
  * before the reply and dropped at RELEASE, which the kernel sends only
  * after it has let go of the file, so the daemon's record always covers
  * the kernel's.
  *
- * Memory: the memfd's pages are the daemon's (its memory cgroup) while it
- * writes them; once registered they belong to the kernel's backing file
- * until the last reader closes and the backing id is closed (the reader's
- * open file pins them, and so does the registration until its RELEASE).
+ * Memory: the memfd's pages are shmem charged to the daemon's memory
+ * cgroup when it writes them, and stay charged to it while they live: the
+ * reader's open file (and mapping) pins them, and so does the registration
+ * until the node's last RELEASE.  They are not in memory_max, and without
+ * swap cannot be reclaimed while held.
  *
  * Any failure (memfd_create(), its write, BACKING_OPEN) leaves the open
  * to the page-cache store (open_path.h), counted by reason; EPERM from
