@@ -5,7 +5,10 @@
  * of open handles.  The contract is fs.h and fs_internal.h.  The bottom
  * of the FUSE layer: it calls nothing of fs/ but stats.h and overlay.h.
  */
+#include <linux/capability.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "fs_internal.h"
 #include "log.h"
@@ -199,6 +202,7 @@ static void handle_destroy(struct handle *h)
 
 void handle_free(struct fs *fs, struct handle *h)
 {
+	pt_release(fs->pt, h->ino, h->pt_mode);
 	g_mutex_lock(&fs->lock);
 	g_hash_table_remove(fs->handles, h);
 	g_mutex_unlock(&fs->lock);
@@ -226,6 +230,7 @@ struct fs *fs_new(const struct fs_options *opts)
 	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					 gen_free);
 	fs->handles = g_hash_table_new(NULL, NULL);
+	fs->pt = pt_new();
 	return fs;
 }
 
@@ -249,15 +254,44 @@ void fs_set_session(struct fs *fs, struct fuse_session *se)
 	fs->se = se;
 }
 
+/* Whether this process has CAP_SYS_ADMIN (effective), which
+ * FUSE_DEV_IOC_BACKING_OPEN needs. */
+static gboolean has_sys_admin(void)
+{
+	struct __user_cap_header_struct hdr = {
+		.version = _LINUX_CAPABILITY_VERSION_3,
+	};
+	struct __user_cap_data_struct data[_LINUX_CAPABILITY_U32S_3] = { 0 };
+
+	if (syscall(SYS_capget, &hdr, data) != 0)
+		return FALSE;
+	return (data[CAP_TO_INDEX(CAP_SYS_ADMIN)].effective &
+		CAP_TO_MASK(CAP_SYS_ADMIN)) != 0;
+}
+
+/* Why files fetched whole must not pass through, or NULL. */
+static const char *passthrough_off(const struct fs *fs)
+{
+	if (!fs->opts.passthrough_on)
+		return "off unless -o passthrough=auto";
+	if (fs->opts.direct_io != FS_DIRECT_IO_NONE)
+		return "-o direct_io= is not none";
+	if (!has_sys_admin())
+		return "no CAP_SYS_ADMIN, which backing files need";
+	return NULL;
+}
+
 void fs_session_mounted(struct fs *fs)
 {
 	g_autoptr(GError) error = NULL;
 
+	fs->init.pt_off = passthrough_off(fs);
 	if (!fuse_init_hook(fs->se, &error))
 		log_error(LOG_LEVEL_INFO, error,
 			  "FUSE INIT is libfuse's own: no "
-			  "FUSE_DIRECT_IO_ALLOW_MMAP, every file goes through "
-			  "the page cache unless direct_io= says otherwise");
+			  "FUSE_DIRECT_IO_ALLOW_MMAP and no passthrough, every "
+			  "file goes through the page cache unless direct_io= "
+			  "says otherwise");
 }
 
 void fs_stop(struct fs *fs)
@@ -309,6 +343,7 @@ void fs_free(struct fs *fs)
 	s3_free(fs->s3);
 	readahead_free(fs->ra);
 	streams_free(fs->streams);
+	pt_free(fs->pt);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
 	g_free(fs);
@@ -357,6 +392,7 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	g_mutex_unlock(&fs->lock);
 	out->reads = __atomic_load_n(&fs->reads, __ATOMIC_RELAXED);
 	out->handed_over = __atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED);
+	pt_get_stats(fs->pt, &out->pt);
 	for (i = 0; i < STATS_OPS; i++)
 		out->ops[i] = __atomic_load_n(&fs->ops[i], __ATOMIC_RELAXED);
 }

@@ -41,6 +41,11 @@ struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
 	enum fs_direct_io direct_io;
+	/* -o passthrough=auto: files fetched whole are read by the kernel
+	 * from a memfd where it can be (passthrough.h); FALSE (off, the
+	 * default: it measured no cheaper than the store, PERFORMANCE.md
+	 * session 10): they are stored in the page cache at open. */
+	gboolean passthrough_on;
 	/* -o readdirplus=always: every listing hands the kernel attributes
 	 * and an inode per name; FALSE (auto): only where lookups follow. */
 	gboolean readdirplus_always;

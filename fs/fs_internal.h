@@ -21,6 +21,7 @@
 #include "fuse_init.h"
 #include "index.h"
 #include "overlay.h"
+#include "passthrough.h"
 #include "readahead.h"
 #include "s3.h"
 #include "stats.h"
@@ -53,6 +54,7 @@ struct fs {
 	struct overlay *ov;	 /* likewise; NULL unless writable */
 	struct fuse_session *se; /* likewise */
 	struct emptydirs *ed;	 /* likewise; NULL without empty_dirs */
+	struct passthrough *pt;	 /* made with the fs, then immutable */
 	struct fs_options opts;
 
 	GMutex lock;
@@ -82,6 +84,10 @@ struct handle {
 	char *key;
 	struct ra_file *rf;
 	struct ov_file *of; /* instead of rf, for an overlay file */
+	/* How its open was answered (passthrough.h), and its node, set
+	 * before the reply; handle_free() drops the record. */
+	enum pt_mode pt_mode;
+	fuse_ino_t ino;
 };
 
 static inline struct fs *data(fuse_req_t req)

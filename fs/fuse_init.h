@@ -13,7 +13,12 @@
  * `unique` and the flags it offers), and libfuse's reply to it gets
  * FUSE_INIT_EXT and FUSE_DIRECT_IO_ALLOW_MMAP added as it is written,
  * only if the kernel offered both and the reply is long enough to carry
- * flags2.  Every other request and reply passes through untouched.
+ * flags2.  FUSE_PASSTHROUGH (7.40, Linux 6.9) is added likewise, with
+ * max_stack_depth 1, unless the kernel does not offer it, the reply asks
+ * for the writeback cache (which the kernel refuses it with), or
+ * pt_off says why not; the opens that pass through get FOPEN_PASSTHROUGH
+ * and their backing id added to their reply (fuse_init_reply_open()).
+ * Every other request and reply passes through untouched.
  *
  * What it costs: libfuse splices neither way with custom I/O that has no
  * splice hooks; bucketfs has no write_buf op and asks for no
@@ -35,6 +40,9 @@ struct fuse_init_state {
 	guint minor;	 /* the kernel's protocol minor */
 	gint stage;	 /* atomic: 0 before INIT, 1 read, 2 answered */
 	gint allow_mmap; /* atomic: FUSE_DIRECT_IO_ALLOW_MMAP negotiated */
+	/* Why FUSE_PASSTHROUGH is not to be asked for (an option, no
+	 * CAP_SYS_ADMIN), or NULL: set before the loop. */
+	const char *pt_off;
 };
 
 /*
@@ -45,5 +53,18 @@ struct fuse_init_state {
  * as before.  Main thread.
  */
 gboolean fuse_init_hook(struct fuse_session *se, GError **error);
+
+/*
+ * fuse_reply_open() of @req with @fi, its reply carrying FOPEN_PASSTHROUGH
+ * and @backing_id (FUSE_DEV_IOC_BACKING_OPEN's, passthrough.h): libfuse
+ * writes the reply on the calling thread, through the hook, which adds
+ * them.  Returns what fuse_reply_open() did; *@passed says whether the
+ * reply carried them.  FALSE only if libfuse's reply was not the 7.40
+ * fuse_open_out's size (not with libfuse 3: a build-time assertion), and
+ * then the kernel got EIO instead of the reply and opened nothing.
+ * Requires fuse_init_hook().  Any thread.
+ */
+int fuse_init_reply_open(fuse_req_t req, const struct fuse_file_info *fi,
+			 int backing_id, gboolean *passed);
 
 #endif

@@ -98,6 +98,12 @@ static const char mount_help[] =
 "                          maps), those fetched whole, or every file\n"
 "                          (one copy less; mmap(MAP_SHARED) of them needs\n"
 "                          Linux >= 6.6 and fails with ENODEV before)\n"
+"    passthrough=off|auto  files fetched whole (direct_io=none) read by\n"
+"                          the kernel from a memfd, without a request to\n"
+"                          the daemon (auto: where the kernel offers FUSE\n"
+"                          passthrough, Linux >= 6.9, and the daemon has\n"
+"                          CAP_SYS_ADMIN), or never (off, the default: the\n"
+"                          page cache is filled at open)\n"
 "    readdirplus=auto|always  whether a listing hands the kernel each\n"
 "                          name's attributes: only where they are used\n"
 "                          next (auto, the default: ls -l), or always\n"
@@ -356,6 +362,16 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		if (i < 0)
 			return FALSE;
 		m->fs.direct_io = (enum fs_direct_io)i;
+		return TRUE;
+	}
+	if (!strcmp(name, "passthrough")) {
+		static const char *const modes[] = { "auto", "off" };
+		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
+				     error);
+
+		if (i < 0)
+			return FALSE;
+		m->fs.passthrough_on = i == 0;
 		return TRUE;
 	}
 	if (!strcmp(name, "readdirplus")) {

@@ -65,8 +65,15 @@ struct open_call {
 	struct handle *h;
 	struct fuse_file_info fi;
 	guint64 size;
+	char *etag;
 	gint answered; /* atomic */
 };
+
+static void open_call_free(struct open_call *oc)
+{
+	g_free(oc->etag);
+	g_free(oc);
+}
 
 /* Called with the request's lock held: see read_interrupted() in ops.c.
  * The GET goes on; open_ready() lets go of the handle. */
@@ -104,16 +111,69 @@ static gboolean store(struct open_call *oc, const void *buf, gsize len)
 	return TRUE;
 }
 
+/*
+ * Answers the open @req of @h with @f, as recorded in h->pt_mode (with
+ * backing id @id if PT_PASSTHROUGH).  Neither @h nor @req is touched
+ * after a reply that opened the file: its RELEASE may free @h at once.
+ */
+static void reply_open(fuse_req_t req, struct fs *fs, struct handle *h,
+		       struct fuse_file_info *f, int id)
+{
+	gboolean passed = FALSE;
+
+	if (h->pt_mode != PT_PASSTHROUGH) {
+		if (fuse_reply_open(req, f) != 0)
+			handle_free(fs, h);
+		return;
+	}
+	/* FOPEN_PASSTHROUGH does not go with keep_cache; direct_io opens
+	 * are never recorded in passthrough. */
+	f->keep_cache = 0;
+	f->direct_io = 0;
+	if (fuse_init_reply_open(req, f, id, &passed) != 0 || !passed) {
+		/* Not opened (the write failed, or the hook answered EIO):
+		 * no RELEASE comes. */
+		if (!passed)
+			pt_count_fallback(fs->pt, PT_FB_REPLY);
+		handle_free(fs, h);
+	}
+}
+
+/* Whether the record refused the open of @h (@err, from pt_open()); it
+ * is then answered with @err and @h freed. */
+static gboolean refused(fuse_req_t req, struct fs *fs, struct handle *h,
+			int err)
+{
+	g_autofree char *k = NULL;
+
+	if (!err)
+		return FALSE;
+	k = log_escape(h->key, -1);
+	log_msg(LOG_LEVEL_WARNING,
+		"open '%s': %s: another reader holds the file open in FUSE "
+		"passthrough with the object the index named before its "
+		"refresh (SIGHUP), and the kernel would give this open that "
+		"object's bytes; it opens once those readers close it",
+		k, g_strerror(err));
+	fuse_reply_err(req, err);
+	handle_free(fs, h);
+	return TRUE;
+}
+
 /* The whole object is here (@buf, borrowed), or its GET failed. */
 static void open_ready(const void *buf, gsize len, const GError *error,
 		       void *user)
 {
 	struct open_call *oc = user;
 
+	struct fs *fs = oc->fs;
+	struct handle *h = oc->h;
+	int id = -1, err;
+
 	if (!g_atomic_int_compare_and_exchange(&oc->answered, 0, 1)) {
 		/* Interrupted and answered: nobody holds the file. */
 		handle_free(oc->fs, oc->h);
-		g_free(oc);
+		open_call_free(oc);
 		return;
 	}
 	/* Returns once a running open_interrupted() has; none comes later. */
@@ -122,31 +182,52 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 		open_log_read_error(oc->h->key, error);
 		fuse_reply_err(oc->req, bfs_error_errno(error));
 		handle_free(oc->fs, oc->h);
-		g_free(oc);
+		open_call_free(oc);
 		return;
 	}
-	store(oc, buf, len);
-	/* Stored or not, the pages of a current node are right: the GET's
-	 * If-Match guarantees it.  An older node's are dropped at open. */
-	oc->fi.keep_cache = is_current(oc->fs, oc->ino);
-	if (fuse_reply_open(oc->req, &oc->fi) != 0)
-		handle_free(oc->fs, oc->h);
-	g_free(oc);
+	h->ino = oc->ino;
+	/* Not the whole object: no memfd of it, but a node in passthrough
+	 * stays so (its other open's memfd holds the object). */
+	h->pt_mode = pt_open(fs->pt, oc->ino, oc->etag,
+			     len == oc->size ? buf : NULL, len, &id, &err);
+	if (refused(oc->req, fs, h, err)) {
+		open_call_free(oc);
+		return;
+	}
+	if (h->pt_mode != PT_PASSTHROUGH) {
+		store(oc, buf, len);
+		/* Stored or not, the pages of a current node are right: the
+		 * GET's If-Match guarantees it.  An older node's are dropped
+		 * at open. */
+		oc->fi.keep_cache = is_current(fs, oc->ino);
+	}
+	reply_open(oc->req, fs, h, &oc->fi, id);
+	open_call_free(oc);
 }
 
 void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		 struct handle *h, const struct fuse_file_info *fi,
-		 guint64 size)
+		 guint64 size, const char *etag)
 {
 	struct fuse_file_info f = *fi;
 	struct open_call *oc;
+	int id = -1, err = 0;
 
 	if (!fs->se || fs->opts.direct_io != FS_DIRECT_IO_NONE || size == 0 ||
 	    size > readahead_whole_max(fs->ra)) {
 		f.direct_io = bypasses_page_cache(fs, size);
 		f.keep_cache = !f.direct_io && is_current(fs, ino);
-		if (fuse_reply_open(req, &f) != 0)
-			handle_free(fs, h);
+		/* Not fetched whole, but the kernel refuses a cached open of
+		 * a node in passthrough (after SIGHUP, a node id may name a
+		 * larger object): recorded too. */
+		if (fs->se && !f.direct_io && !is_overlay(ino)) {
+			h->ino = ino;
+			h->pt_mode =
+				pt_open_unfetched(fs->pt, ino, etag, &id, &err);
+			if (refused(req, fs, h, err))
+				return;
+		}
+		reply_open(req, fs, h, &f, id);
 		return;
 	}
 	oc = g_new0(struct open_call, 1);
@@ -156,11 +237,12 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	oc->h = h;
 	oc->fi = f;
 	oc->size = size;
+	oc->etag = g_strdup(etag);
 	/* Before the wait starts: it may end (and free @oc) at once. */
 	if (interrupt_hook(req, open_interrupted, oc)) {
 		fuse_reply_err(req, EINTR);
 		handle_free(fs, h);
-		g_free(oc);
+		open_call_free(oc);
 		return;
 	}
 	readahead_read(h->rf, 0, size, open_ready, oc);

@@ -31,13 +31,17 @@ struct fs;
 struct handle;
 
 /*
- * Answers the open @req of node @ino (@size bytes), whose handle @h (the
- * file's readahead handle set) is in @fi->fh; @h is freed if the open
- * fails or is interrupted.  @fi is copied.  FUSE worker; never blocks.
+ * Answers the open @req of node @ino (@size bytes, object @etag, which
+ * may be NULL), whose handle @h (the file's readahead handle set) is in
+ * @fi->fh; @h is freed if the open fails or is interrupted.  @fi and
+ * @etag are copied.  While passthrough is on, every open that is not
+ * direct_io is recorded (passthrough.h), and an open of a node open in
+ * passthrough from another object fails ESTALE, with a log line.  FUSE
+ * worker; never blocks.
  */
 void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		 struct handle *h, const struct fuse_file_info *fi,
-		 guint64 size);
+		 guint64 size, const char *etag);
 
 /*
  * Logs a failed read of @key (an open that fetched it whole, or a read):

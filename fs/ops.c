@@ -337,6 +337,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	struct index *idx;
 	struct index_attr a;
 	struct handle *h;
+	g_autofree char *etag = NULL;
 
 	if (is_overlay(ino) && fs->ov) {
 		open_overlay(req, fs, ino, fi);
@@ -357,15 +358,12 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		goto out;
 	}
 	h = handle_new(fs, index_key(idx, id));
-	{
-		g_autofree char *etag = index_etag(idx, id);
-
-		h->rf = readahead_open(fs->ra, h->key, etag, a.size);
-	}
+	etag = index_etag(idx, id);
+	h->rf = readahead_open(fs->ra, h->key, etag, a.size);
 	follow_listing(fs, idx, id, (guint64)fuse_req_ctx(req)->pid);
 	fi->fh = (uint64_t)(uintptr_t)h;
 	fi->noflush = 1;
-	open_answer(req, fs, ino, h, fi, a.size);
+	open_answer(req, fs, ino, h, fi, a.size, etag);
 out:
 	index_unref(idx);
 }

@@ -234,7 +234,7 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 		h->rf = readahead_open(fs->ra, h->key, etag, size);
 		fi->fh = (uint64_t)(uintptr_t)h;
 		fi->noflush = 1;
-		open_answer(req, fs, ino, h, fi, size);
+		open_answer(req, fs, ino, h, fi, size, etag);
 		return;
 	}
 	of = overlay_open(fs->ov, ino & ID_MASK, wr, !!(fi->flags & O_TRUNC),

@@ -149,6 +149,24 @@ void stats_sources_clear(struct stats_sources *src)
 	g_clear_pointer(&src->idx, index_unref);
 }
 
+static void add_passthrough(JsonBuilder *b, const struct pt_stats *pt)
+{
+	guint i;
+
+	json_builder_set_member_name(b, "passthrough");
+	json_builder_begin_object(b);
+	json_builder_set_member_name(b, "on");
+	json_builder_add_boolean_value(b, pt->on);
+	add_uint(b, "opens", pt->opens);
+	add_uint(b, "stale", pt->stale);
+	json_builder_set_member_name(b, "fallbacks");
+	json_builder_begin_object(b);
+	for (i = 0; i < PT_FALLBACKS; i++)
+		add_uint(b, pt_fallback_name(i), pt->fallbacks[i]);
+	json_builder_end_object(b);
+	json_builder_end_object(b);
+}
+
 char *stats_json(const struct stats_sources *src)
 {
 	g_autoptr(JsonBuilder) b = json_builder_new();
@@ -164,6 +182,7 @@ char *stats_json(const struct stats_sources *src)
 	add_uint(b, "reads", src->reads);
 	add_uint(b, "handed_over", src->handed_over);
 	json_builder_end_object(b);
+	add_passthrough(b, &src->pt);
 	add_stages(b, src->http);
 	add_streams(b, &src->streams);
 	add_ops(b, src->ops);

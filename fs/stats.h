@@ -12,6 +12,11 @@
  *   readahead    the fields of struct ra_stats, by their names;
  *   files        reads (FUSE reads of files), handed_over (files stored
  *                in the page cache at open);
+ *   passthrough  on (FUSE passthrough negotiated and not turned off),
+ *                opens (opens answered in passthrough from a memfd), and
+ *                fallbacks: cached, memfd, backing, reply (opens that
+ *                could have passed through and went to the page cache,
+ *                by reason: see passthrough.h);
  *   stages       samples, and p50_ms and p99_ms of each request stage
  *                (http_get_stage_stats(), http_stage_name());
  *   streams      the fields of struct streams_stats, by their names;
@@ -31,6 +36,7 @@
 
 #include "http.h"
 #include "index.h"
+#include "passthrough.h"
 #include "readahead.h"
 #include "streams.h"
 
@@ -59,6 +65,7 @@ struct stats_sources {
 	struct streams_stats streams;
 	guint64 reads;	     /* FUSE reads of files */
 	guint64 handed_over; /* files stored in the page cache at open */
+	struct pt_stats pt;  /* passthrough.h */
 	/* FUSE requests by kind. */
 	guint64 ops[STATS_OPS];
 };

@@ -804,6 +804,7 @@ static const char *const mount_keys[] = {
 	"prefetch_depth",
 	"readahead",
 	"direct_io",
+	"passthrough",
 	"readdirplus",
 	"write_max",
 	"part_size",

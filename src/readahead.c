@@ -770,6 +770,13 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 		f->parts = g_hash_table_new(g_int64_hash, g_int64_equal);
 	} else if (size > 0) {
 		obj = g_hash_table_lookup(ra->objects, key);
+		if (obj && g_strcmp0(obj->etag, etag) != 0) {
+			/* Another version of the key (the index changed while
+			 * a file held it): its holders keep it, this file
+			 * fetches its own. */
+			g_hash_table_steal(ra->objects, key);
+			obj = NULL;
+		}
 		if (!obj || !obj->announced)
 			consume_announcement(ra, key);
 		if (obj && obj->announced) {

@@ -90,7 +90,11 @@ class MmapTest(harness.MountCase):
         return json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
 
     def test_every_file_maps_shared(self):
-        m = self.mount()
+        for pt in ("off", "auto"):
+            with self.subTest(passthrough=pt):
+                self.check_every_file_maps(self.mount(f"passthrough={pt}"))
+
+    def check_every_file_maps(self, m):
         for name in ("small.bin", "large.bin", "small.npy", "large.npy"):
             with self.subTest(name=name):
                 self.assertEqual(mapped(m.path(name)), self.objects[name])
@@ -104,6 +108,7 @@ class MmapTest(harness.MountCase):
         del small, large
 
     def test_small_file_reaches_the_page_cache_at_open(self):
+        # The default: no FUSE passthrough (test_passthrough).
         m = self.mount()
         before = self.stats(m)["files"]
         with open(m.path("small.bin"), "rb", buffering=0) as f:

@@ -62,6 +62,13 @@ class StatsTest(harness.MountCase):
         self.assertEqual(set(s["readahead"]), set(READAHEAD))
         self.assertEqual(set(s["streams"]), set(STREAMS))
         self.assertEqual(set(s["files"]), {"reads", "handed_over"})
+        self.assertEqual(set(s["passthrough"]), {"on", "opens", "stale",
+                                                "fallbacks"})
+        self.assertIsInstance(s["passthrough"]["on"], bool)
+        self.assertIsInstance(s["passthrough"]["opens"], int)
+        self.assertIsInstance(s["passthrough"]["stale"], int)
+        self.assertEqual(set(s["passthrough"]["fallbacks"]),
+                         {"cached", "memfd", "backing", "reply"})
         self.assertEqual(set(s["stages"]), {"samples", *STAGES})
         for st in STAGES:
             self.assertEqual(set(s["stages"][st]), {"p50_ms", "p99_ms"})
@@ -100,9 +107,9 @@ class StatsTest(harness.MountCase):
         _, s = self.stats(m)
         self.check_shape(s)
         # Each file was either stored in the page cache at its open (no
-        # FUSE read follows) or read through the daemon.
-        self.assertGreaterEqual(s["files"]["reads"] + s["files"]["handed_over"],
-                                len(FILES))
+        # FUSE read follows), passed through, or read through the daemon.
+        self.assertGreaterEqual(s["files"]["reads"] + s["files"]["handed_over"]
+                                + s["passthrough"]["opens"], len(FILES))
         self.assertGreaterEqual(sum(e["requests"] for e in s["endpoints"]),
                                 len(FILES))
         self.assertGreaterEqual(sum(e["bytes"] for e in s["endpoints"]),
