@@ -120,6 +120,19 @@ static void log_passthrough(const struct fuse_init_state *st, const char *why)
 			st->minor, why);
 }
 
+/* Copies the @count pieces of @iov, which the caller has checked fit, into
+ * @buf, one reply to patch. */
+static void gather(guint8 *buf, const struct iovec *iov, int count)
+{
+	size_t at = 0;
+	int i;
+
+	for (i = 0; i < count; i++) {
+		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
+		at += iov[i].iov_len;
+	}
+}
+
 /*
  * Writes libfuse's INIT reply (@iov) with FUSE_DIRECT_IO_ALLOW_MMAP
  * (@mmap) and FUSE_PASSTHROUGH (@pt) added, from a copy: @iov points into
@@ -134,14 +147,9 @@ static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 	struct fuse_out_header *out = (void *)buf;
 	struct fuse_init_out *arg = (void *)(out + 1);
 	guint32 depth = 1; /* backing files on a filesystem that stacks none */
-	size_t at = 0;
 	ssize_t n;
-	int i;
 
-	for (i = 0; i < count; i++) {
-		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
-		at += iov[i].iov_len;
-	}
+	gather(buf, iov, count);
 	arg->flags |= FUSE_INIT_EXT;
 	if (mmap)
 		arg->flags2 |= (guint32)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
@@ -200,18 +208,13 @@ static guint32 reply_flags(const struct iovec *iov, int count, size_t total)
 	guint8 buf[INIT_REPLY_MAX];
 	const struct fuse_init_out *arg =
 		(const void *)(buf + sizeof(struct fuse_out_header));
-	size_t at = 0;
-	int i;
 
 	if (total > INIT_REPLY_MAX ||
 	    total < sizeof(struct fuse_out_header) +
 			    offsetof(struct fuse_init_out, flags) +
 			    sizeof(arg->flags))
 		return 0;
-	for (i = 0; i < count; i++) {
-		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
-		at += iov[i].iov_len;
-	}
+	gather(buf, iov, count);
 	return arg->flags;
 }
 
@@ -251,14 +254,9 @@ static ssize_t write_open_reply(int fd, const struct iovec *iov, int count,
 		   sizeof(struct open_out_740)];
 	struct fuse_out_header *out = (void *)buf;
 	struct open_out_740 *arg = (void *)(out + 1);
-	size_t at = 0;
 	ssize_t n;
-	int i;
 
-	for (i = 0; i < count; i++) {
-		memcpy(buf + at, iov[i].iov_base, iov[i].iov_len);
-		at += iov[i].iov_len;
-	}
+	gather(buf, iov, count);
 	arg->open_flags |= FOPEN_PASSTHROUGH;
 	arg->backing_id = backing_id;
 	n = write(fd, buf, sizeof(buf));
