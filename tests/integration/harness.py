@@ -661,6 +661,15 @@ def run(args, env=None, timeout=120, input=None):
                           capture_output=True, input=input)
 
 
+def build_index(url, bucket, index):
+    """Builds the index of s3://@bucket at @url into the file @index, or
+    raises with bucketfs-index's own message."""
+    r = run([binary("bucketfs-index"), "build", "-q",
+             "-o", f"endpoint={url},index={index}", f"s3://{bucket}"])
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr)
+
+
 def main():
     """unittest main that maps 'everything skipped' to exit 77."""
     prog = unittest.main(exit=False, verbosity=2)

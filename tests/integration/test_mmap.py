@@ -74,11 +74,7 @@ class MmapTest(harness.MountCase):
 
     @classmethod
     def build_index(cls):
-        r = harness.run([harness.binary("bucketfs-index"), "build", "-q",
-                         "-o", f"endpoint={cls.server.url},index={cls.idx}",
-                         "s3://maps"])
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr)
+        harness.build_index(cls.server.url, "maps", cls.idx)
 
     def mount(self, *opts):
         log = os.path.join(self.tmp, f"m{time.monotonic_ns()}.log")

@@ -105,11 +105,7 @@ class PassthroughTest(harness.MountCase):
 
     @classmethod
     def build_index(cls):
-        r = harness.run([harness.binary("bucketfs-index"), "build", "-q",
-                         "-o", f"endpoint={cls.server.url},index={cls.idx}",
-                         "s3://ptfs"])
-        if r.returncode != 0:
-            raise RuntimeError(r.stderr)
+        harness.build_index(cls.server.url, "ptfs", cls.idx)
 
     def mount(self, *opts, pt="passthrough=auto"):
         log = os.path.join(self.tmp, f"m{time.monotonic_ns()}.log")
