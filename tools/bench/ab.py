@@ -3,7 +3,7 @@
 
   tools/bench/ab.py A_BUILD_DIR B_BUILD_DIR [--runs N] [--files N]
                     [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
-                    [--latency MS]
+                    [--latency MS] [--b-opts k=v,...] [--list]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -18,7 +18,11 @@ before it starts.  --pin runs everything pinned (rig.pin(): readers and
 endpoints on CPU 0, the daemon on CPU 1).  --latency MS serves every path
 (both mounts and the direct references) through endpoints that answer
 after MS ms, as run.py's latency rig does.  Each pass also gives the CPU per
-file of every process of its path.  Measures only: no report is written.
+file of every process of its path.  --b-opts adds -o options to build B's
+mounts only, so that one build can be A/B'ed against itself with an option
+(give the same directory twice).  --list lists the dataset's directories
+(os.listdir) after the mount and before the pass, as DLIO's readers do when
+they start.  Measures only: no report is written.
 
 A build directory is a meson build of any commit (for example
 `git worktree add /tmp/old HEAD~3 && meson setup /tmp/old/build /tmp/old
@@ -40,11 +44,14 @@ from latency import announce  # noqa: E402
 import run  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
 
-def mount_pass(r, ds, build, a, seed):
+def mount_pass(r, ds, build, a, seed, opts):
     rig.BUILD = build  # rig.binary() looks there
     run.cold(ds.paths(), ds.name)
-    with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=a.opts,
+    with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=opts,
                    urls=r.endpoints.delay_urls[a.latency]) as m:
+        if a.list:
+            for d in sorted({os.path.dirname(k) for k in ds.files}):
+                os.listdir(m.path(d))
         order = list(ds.files)
         random.Random(seed).shuffle(order)  # the order read_all() will use
         if a.hint:
@@ -83,6 +90,9 @@ def main():
     ap.add_argument("--files", type=int, default=20000, help="files (default 20,000)")
     ap.add_argument("--procs", type=int, default=32, help="reader processes (default 32)")
     ap.add_argument("--opts", default="", help="extra -o options for both mounts")
+    ap.add_argument("--b-opts", default="", help="extra -o options for B's mounts only")
+    ap.add_argument("--list", action="store_true",
+                    help="list the dataset's directories before each pass, as DLIO does")
     ap.add_argument("--direct", action="store_true",
                     help="also run the direct S3 paths each round")
     ap.add_argument("--hint", action="store_true",
@@ -96,6 +106,7 @@ def main():
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
     a = ap.parse_args()
     a.opts = [o for o in a.opts.split(",") if o]
+    b_opts = a.opts + [o for o in a.b_opts.split(",") if o]
     if os.geteuid() != 0:
         raise SystemExit("ab.py: needs root (it drops the page cache and mounts)")
     os.makedirs(a.cache_dir, exist_ok=True)
@@ -111,7 +122,8 @@ def main():
             rig.pin(r.endpoints, True)
         for i in range(a.runs):
             for label in ("A", "B"):
-                res = mount_pass(r, ds, builds[label], a, i)
+                res = mount_pass(r, ds, builds[label], a, i,
+                                 b_opts if label == "B" else a.opts)
                 results[label].append(res)
                 log(line(label, res))
             if a.direct:
