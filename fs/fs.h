@@ -37,6 +37,20 @@ enum fs_direct_io {
 	FS_DIRECT_IO_ALL,   /* every file */
 };
 
+/*
+ * -o readdirplus=.  AUTO, the default, is ALWAYS for an index of at most
+ * FS_READDIRPLUS_SMALL entries (its whole listing costs the kernel at most
+ * ~110 MiB, and a loader that lists, then opens, needs no lookup per file)
+ * and LOOKUPS above (the kernel's AUTO mode: attributes only where lookups
+ * follow, so a huge directory's names build no kernel inode).
+ */
+enum fs_readdirplus {
+	FS_READDIRPLUS_AUTO,
+	FS_READDIRPLUS_ALWAYS,
+	FS_READDIRPLUS_LOOKUPS,
+};
+#define FS_READDIRPLUS_SMALL 100000
+
 struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
@@ -46,9 +60,9 @@ struct fs_options {
 	 * default: it measured no cheaper than the store, PERFORMANCE.md
 	 * session 10): they are stored in the page cache at open. */
 	gboolean passthrough_on;
-	/* -o readdirplus=always: every listing hands the kernel attributes
-	 * and an inode per name; FALSE (auto): only where lookups follow. */
-	gboolean readdirplus_always;
+	/* -o readdirplus=: which listings hand the kernel attributes and an
+	 * inode per name (enum fs_readdirplus; op_init() decides auto). */
+	int readdirplus;
 	gboolean writable; /* names beyond the index: see overlay.h */
 	guint64 write_max; /* writable mode's largest file; 0 = default */
 	guint64 part_size; /* multipart part size (upload.h); 0 = default */

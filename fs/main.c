@@ -104,12 +104,14 @@ static const char mount_help[] =
 "                          passthrough, Linux >= 6.9, and the daemon has\n"
 "                          CAP_SYS_ADMIN), or never (off, the default: the\n"
 "                          page cache is filled at open)\n"
-"    readdirplus=auto|always  whether a listing hands the kernel each\n"
-"                          name's attributes: only where they are used\n"
-"                          next (auto, the default: ls -l), or always\n"
-"                          (an inode per name in kernel memory, but\n"
-"                          du and find -size of a huge directory need\n"
-"                          no lookup per name)\n"
+"    readdirplus=auto|always|lookups  whether a listing hands the kernel\n"
+"                          each name's attributes: always (an inode per\n"
+"                          name in kernel memory; an open or stat after\n"
+"                          the listing needs no lookup), or only where\n"
+"                          lookups follow (lookups: ls -l gets them,\n"
+"                          ls -f and os.listdir get names alone), or\n"
+"                          auto, the default: always for an index of\n"
+"                          at most 100,000 entries, lookups above\n"
 "    writable              let names the index doesn't have be created,\n"
 "                          written (a new file streams as a multipart\n"
 "                          upload once past one part, sequentially;\n"
@@ -375,13 +377,15 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "readdirplus")) {
-		static const char *const modes[] = { "auto", "always" };
+		/* In the order of enum fs_readdirplus. */
+		static const char *const modes[] = { "auto", "always",
+						     "lookups" };
 		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
 				     error);
 
 		if (i < 0)
 			return FALSE;
-		m->fs.readdirplus_always = i == 1;
+		m->fs.readdirplus = i;
 		return TRUE;
 	}
 	if (!strcmp(name, "index_url")) {

@@ -642,17 +642,34 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	struct fs *fs = userdata;
 
 	conn->want |= FUSE_CAP_ASYNC_READ;
-	/* Attributes with the names only where lookups follow: the kernel's
-	 * AUTO mode asks for readdirplus for a listing's first batch, and for
-	 * the next after a lookup or a readdirplus entry was used (ls -l,
-	 * find -size, du); ls -f, os.listdir and find -name get names alone
-	 * and build no kernel inode per name (docs/SCALE.md).  Tools that
-	 * stat after the whole listing (du, find -size: fts) then send a
-	 * lookup per name; -o readdirplus=always spares them that. */
+	/* LOOKUPS is the kernel's AUTO mode: it asks for readdirplus for a
+	 * listing's first batch, and for the next after a lookup or a
+	 * readdirplus entry was used (ls -l); ls -f, os.listdir and
+	 * find -name get names alone and build no kernel inode per name
+	 * (docs/SCALE.md).  A loader that lists, then opens (DLIO), and tools
+	 * that stat after the whole listing (du, find -size: fts) then send a
+	 * lookup per name; ALWAYS spares them that, for ~1.1 KiB of kernel
+	 * memory per listed name.  AUTO picks by the index's size at the
+	 * mount; a refresh (SIGHUP) does not change the choice. */
+	if (fs->opts.readdirplus == FS_READDIRPLUS_AUTO) {
+		struct index_stats s;
+
+		index_get_stats(fs_current_index(fs), &s);
+		fs->opts.readdirplus = s.entries <= FS_READDIRPLUS_SMALL
+					       ? FS_READDIRPLUS_ALWAYS
+					       : FS_READDIRPLUS_LOOKUPS;
+		log_msg(LOG_LEVEL_INFO,
+			"listings: readdirplus=auto chose %s (the index has "
+			"%" G_GUINT64_FORMAT " entries; always up to %d)",
+			fs->opts.readdirplus == FS_READDIRPLUS_ALWAYS
+				? "always"
+				: "lookups",
+			s.entries, FS_READDIRPLUS_SMALL);
+	}
 	if (conn->capable & FUSE_CAP_READDIRPLUS)
 		conn->want |= FUSE_CAP_READDIRPLUS;
 	if ((conn->capable & FUSE_CAP_READDIRPLUS_AUTO) &&
-	    !fs->opts.readdirplus_always)
+	    fs->opts.readdirplus == FS_READDIRPLUS_LOOKUPS)
 		conn->want |= FUSE_CAP_READDIRPLUS_AUTO;
 	else
 		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
