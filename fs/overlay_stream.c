@@ -195,8 +195,8 @@ static GBytes *cut_booked(void *data, GError **error)
  * Sends the buffer's first part, starting the upload first if need be:
  * it is cut only once it has a slot, so a writer waiting for one holds
  * no part beside its buffer.  On failure the upload is aborted (after an
- * interrupt, at close: the write returns at once, without waiting for
- * the parts in flight).  Under n->wlock, not ov->lock.
+ * interrupt, on an abort thread: the write returns at once, without
+ * waiting for the parts in flight).  Under n->wlock, not ov->lock.
  */
 static gboolean send_part(struct overlay *ov, struct onode *n, guint64 ps,
 			  const gint *stop, GError **error)
@@ -217,6 +217,10 @@ static gboolean send_part(struct overlay *ov, struct onode *n, guint64 ps,
 			err->message);
 
 		ov_mark_broken(ov, n, lost);
+		/* Nothing more of it can go up: its queued parts are
+		 * cancelled now, not when it is closed. */
+		if (n->up)
+			upload_abort_async(g_steal_pointer(&n->up), lost);
 	} else {
 		if (n->up)
 			upload_abort(g_steal_pointer(&n->up), NULL);
@@ -323,7 +327,8 @@ gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 				  "failed: %s",
 				  n->key, n->broken->message);
 		g_mutex_unlock(&ov->lock);
-		upload_abort(up, NULL);
+		if (up)
+			upload_abort(up, NULL);
 		f->failed = TRUE;
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
