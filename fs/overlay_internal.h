@@ -23,13 +23,13 @@ struct onode {
 	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
 	guint64 size;
 	gint64 mtime;
-	char *etag;	    /* as last seen on S3, NULL for a new file */
-	guint64 lookups;    /* kernel lookups */
-	guint opens;	    /* open handles */
+	char *etag;	     /* as last seen on S3, NULL for a new file */
+	guint64 lookups;     /* kernel lookups */
+	guint opens;	     /* open handles */
 	struct ov_buf *data; /* the bytes while open (or not yet uploaded) */
-	guint64 version;    /* bumped by each change of data */
-	guint64 uploaded;   /* the version S3 has */
-	gboolean uploading; /* a PUT or DELETE of it is in flight */
+	guint64 version;     /* bumped by each change of data */
+	guint64 uploaded;    /* the version S3 has */
+	gboolean uploading;  /* a PUT or DELETE of it is in flight */
 	/* A write failed since the file was created or emptied: its bytes
 	 * are not what the writer meant, so it is never uploaded. */
 	GError *broken;
