@@ -15,7 +15,7 @@ static void onode_free(void *p)
 	g_free(n->key);
 	g_free(n->etag);
 	if (n->data)
-		g_byte_array_unref(n->data);
+		ov_buf_free(n->data);
 	g_clear_error(&n->broken);
 	g_free(n->s3_etag);
 	g_mutex_clear(&n->wlock);
@@ -259,8 +259,8 @@ gboolean overlay_create(struct overlay *ov, const char *key,
 	n->sealed = FALSE;
 	n->base = 0;
 	if (!n->data)
-		n->data = g_byte_array_new();
-	g_byte_array_set_size(n->data, 0);
+		n->data = ov_buf_new();
+	ov_buf_set_size(n->data, 0);
 	n->size = 0;
 	g_clear_error(&n->broken);
 	n->mtime = g_get_real_time() / G_USEC_PER_SEC;
@@ -433,13 +433,13 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 	}
 	if (n->data || truncate) {
 		if (!n->data)
-			n->data = g_byte_array_new();
+			n->data = ov_buf_new();
 		/* Emptied: S3 gets the empty file at close, even when the
 		 * old bytes were never fetched. */
 		if (truncate)
 			g_clear_error(&n->broken);
 		if (truncate && (n->data->len || n->size)) {
-			g_byte_array_set_size(n->data, 0);
+			ov_buf_set_size(n->data, 0);
 			n->size = 0;
 			n->version++;
 		}
@@ -470,8 +470,9 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 		if (!n->data) {
 			const guint8 *p = g_bytes_get_data(bytes, &len);
 
-			n->data = g_byte_array_sized_new(len);
-			g_byte_array_append(n->data, p, len);
+			n->data = ov_buf_new();
+			ov_buf_set_size(n->data, len);
+			memcpy(n->data->data, p, len);
 			n->size = len;
 		}
 		f = file_new(ov, n, writable);
@@ -536,7 +537,7 @@ gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
 	if (n->data->len != size) {
 		guint64 old = n->data->len;
 
-		g_byte_array_set_size(n->data, size);
+		ov_buf_set_size(n->data, size);
 		if (size > old)
 			memset(n->data->data + old, 0, size - old);
 		n->size = size;
@@ -750,7 +751,7 @@ void overlay_release(struct ov_file *f)
 	}
 	if (!n->opens && n->version == n->uploaded && n->data) {
 		/* Nothing to keep: the next open fetches it again. */
-		g_byte_array_unref(n->data);
+		ov_buf_free(n->data);
 		n->data = NULL;
 	}
 	if (n->removed && !n->lookups && !n->opens)

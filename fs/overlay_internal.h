@@ -23,13 +23,13 @@ struct onode {
 	gboolean removed; /* unlinked/rmdir'ed; kept while looked up */
 	guint64 size;
 	gint64 mtime;
-	char *etag;	    /* as last seen on S3, NULL for a new file */
-	guint64 lookups;    /* kernel lookups */
-	guint opens;	    /* open handles */
-	GByteArray *data;   /* the bytes while open (or not yet uploaded) */
-	guint64 version;    /* bumped by each change of data */
-	guint64 uploaded;   /* the version S3 has */
-	gboolean uploading; /* a PUT or DELETE of it is in flight */
+	char *etag;	     /* as last seen on S3, NULL for a new file */
+	guint64 lookups;     /* kernel lookups */
+	guint opens;	     /* open handles */
+	struct ov_buf *data; /* the bytes while open (or not yet uploaded) */
+	guint64 version;     /* bumped by each change of data */
+	guint64 uploaded;    /* the version S3 has */
+	gboolean uploading;  /* a PUT or DELETE of it is in flight */
 	/* A write failed since the file was created or emptied: its bytes
 	 * are not what the writer meant, so it is never uploaded. */
 	GError *broken;
@@ -108,6 +108,32 @@ void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error);
 
 /* Copies @size bytes at file offset @off into @n's buffer, which starts
  * at n->base; a hole is zeros.  Under ov->lock. */
+/*
+ * A file's bytes while open: mapped pages of its own, not the heap, so
+ * that they go back to the system when it is freed, on whatever thread.
+ * (A heap buffer freed after its writer closed stays cached in the FUSE
+ * worker's malloc arena: glibc does not trim a thread arena's top, and
+ * the daemon's RSS would stay a part above the stated bound.)  @data and
+ * @len are read directly; the rest is the functions'.  Under ov->lock.
+ */
+struct ov_buf {
+	guint8 *data;
+	gsize len;
+	gsize cap; /* bytes mapped at @data (0: none) */
+};
+
+/* An empty buffer; _free unmaps it.  A mapping that fails aborts the
+ * daemon, as glib's allocations do. */
+struct ov_buf *ov_buf_new(void);
+void ov_buf_free(struct ov_buf *b);
+/* Sets the length; bytes it adds are not cleared (the caller writes or
+ * zeros them). */
+void ov_buf_set_size(struct ov_buf *b, gsize len);
+/* Drops the first @len bytes; the rest moves to the front. */
+void ov_buf_drop_front(struct ov_buf *b, gsize len);
+/* Frees @b and returns its bytes, unmapped when the GBytes goes. */
+GBytes *ov_buf_free_to_bytes(struct ov_buf *b);
+
 void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size);
 
 /* A write of a file made here (n->streamable): buffered, and sent part

@@ -6,13 +6,73 @@
  * changes only while none of it is sent (ftruncate).
  */
 #include <errno.h>
-#include <malloc.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "error.h"
 #include "overlay_internal.h"
 #include "upload.h"
+
+struct ov_buf *ov_buf_new(void)
+{
+	return g_new0(struct ov_buf, 1);
+}
+
+void ov_buf_free(struct ov_buf *b)
+{
+	if (b && b->cap)
+		munmap(b->data, b->cap);
+	g_free(b);
+}
+
+/* Grows the mapping by half again at least (mremap moves page tables,
+ * not bytes), so a file written in small pieces is not remapped at each
+ * one. */
+void ov_buf_set_size(struct ov_buf *b, gsize len)
+{
+	gsize page = (gsize)sysconf(_SC_PAGESIZE);
+	gsize cap;
+	void *p;
+
+	if (len > b->cap) {
+		cap = MAX(len, b->cap + b->cap / 2);
+		cap = (cap + page - 1) / page * page;
+		if (b->cap)
+			p = mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
+		else
+			p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (p == MAP_FAILED)
+			g_error("cannot map a file buffer of %" G_GSIZE_FORMAT
+				" bytes: %s",
+				cap, g_strerror(errno));
+		b->data = p;
+		b->cap = cap;
+	}
+	b->len = len;
+}
+
+void ov_buf_drop_front(struct ov_buf *b, gsize len)
+{
+	g_assert(len <= b->len);
+	memmove(b->data, b->data + len, b->len - len);
+	b->len -= len;
+}
+
+static void buf_unmap(void *data)
+{
+	ov_buf_free(data);
+}
+
+GBytes *ov_buf_free_to_bytes(struct ov_buf *b)
+{
+	if (!b->cap) {
+		g_free(b);
+		return g_bytes_new(NULL, 0);
+	}
+	return g_bytes_new_with_free_func(b->data, b->len, buf_unmap, b);
+}
 
 /* Copies @size bytes at file offset @off into the buffer, which starts
  * at n->base; a hole is zeros.  Under ov->lock. */
@@ -21,9 +81,9 @@ void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size)
 	guint64 rel = off - n->base;
 
 	if (n->data->len < rel + size) {
-		guint old = n->data->len;
+		gsize old = n->data->len;
 
-		g_byte_array_set_size(n->data, rel + size);
+		ov_buf_set_size(n->data, rel + size);
 		/* A write past the end leaves a hole: zeros, as in a file. */
 		if (rel > old)
 			memset(n->data->data + old, 0, rel - old);
@@ -76,7 +136,7 @@ static GBytes *cut_part(struct onode *n, guint64 ps, GError **error)
 		return NULL;
 	}
 	memcpy(m->p, n->data->data, ps);
-	g_byte_array_remove_range(n->data, 0, ps);
+	ov_buf_drop_front(n->data, ps);
 	n->base += ps;
 	return g_bytes_new_with_free_func(m->p, ps, part_unmap, m);
 }
@@ -135,8 +195,8 @@ static GBytes *cut_booked(void *data, GError **error)
  * Sends the buffer's first part, starting the upload first if need be:
  * it is cut only once it has a slot, so a writer waiting for one holds
  * no part beside its buffer.  On failure the upload is aborted (after an
- * interrupt, at close: the write returns at once, without waiting for
- * the parts in flight).  Under n->wlock, not ov->lock.
+ * interrupt, on an abort thread: the write returns at once, without
+ * waiting for the parts in flight).  Under n->wlock, not ov->lock.
  */
 static gboolean send_part(struct overlay *ov, struct onode *n, guint64 ps,
 			  const gint *stop, GError **error)
@@ -157,6 +217,10 @@ static gboolean send_part(struct overlay *ov, struct onode *n, guint64 ps,
 			err->message);
 
 		ov_mark_broken(ov, n, lost);
+		/* Nothing more of it can go up: its queued parts are
+		 * cancelled now, not when it is closed. */
+		if (n->up)
+			upload_abort_async(g_steal_pointer(&n->up), lost);
 	} else {
 		if (n->up)
 			upload_abort(g_steal_pointer(&n->up), NULL);
@@ -181,7 +245,7 @@ static gboolean stream_unlinked(struct overlay *ov, struct onode *n)
 		return FALSE;
 	up = g_steal_pointer(&n->up);
 	if (n->data)
-		g_byte_array_set_size(n->data, 0);
+		ov_buf_set_size(n->data, 0);
 	if (up) {
 		g_mutex_unlock(&ov->lock);
 		why = g_error_new(BFS_ERROR, ENOENT,
@@ -263,12 +327,13 @@ gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 				  "failed: %s",
 				  n->key, n->broken->message);
 		g_mutex_unlock(&ov->lock);
-		upload_abort(up, NULL);
+		if (up)
+			upload_abort(up, NULL);
 		f->failed = TRUE;
 		g_propagate_error(error, g_steal_pointer(&err));
 		return FALSE;
 	}
-	last = g_byte_array_free_to_bytes(g_steal_pointer(&n->data));
+	last = ov_buf_free_to_bytes(g_steal_pointer(&n->data));
 	version = n->version;
 	size = n->size;
 	n->uploading = TRUE;
@@ -276,12 +341,6 @@ gboolean ov_stream_complete(struct ov_file *f, const gint *stop, GError **error)
 
 	ok = upload_finish(up, last, size, stop, &etag, &err);
 	g_clear_pointer(&last, g_bytes_unref);
-	/* The file's buffer, freed on another thread than the one that grew
-	 * it, would stay cached in that malloc arena: give back what is in
-	 * its bins.  (The top of a thread's arena is not trimmed by glibc:
-	 * up to part_size + a write stays resident there, measured, and is
-	 * what that FUSE worker's next file buffers in.) */
-	malloc_trim(0);
 	g_mutex_lock(&ov->lock);
 	n->uploading = FALSE;
 	g_cond_broadcast(&ov->idle);
@@ -354,7 +413,7 @@ gboolean overlay_ftruncate(struct ov_file *f, guint64 size, GError **error)
 	if (!why && size != n->size && n->data) {
 		guint64 old = n->data->len;
 
-		g_byte_array_set_size(n->data, size - n->base);
+		ov_buf_set_size(n->data, size - n->base);
 		if (size - n->base > old)
 			memset(n->data->data + old, 0, size - n->base - old);
 		n->size = size;

@@ -1909,6 +1909,30 @@ static gboolean ramp_allows(struct loop *l, const struct endpoint *ep,
 }
 
 /*
+ * A retry its caller cancelled ends now, with ECANCELED, not when its
+ * backoff is due (up to backoff_max, or retry_deadline for a store that
+ * does not answer): drain() and the unmount's wait for aborts would run
+ * out.  Found within a poll tick (MAX_POLL_MS) of the cancel; it holds no
+ * slot or attempt, only its place in @l->waiting.
+ */
+static void drop_cancelled_retries(struct loop *l)
+{
+	GList *it = l->waiting.head;
+
+	while (it) {
+		GList *next = it->next;
+		struct http_request *req = it->data;
+
+		if (http_cancel_is_set(req->cancel)) {
+			g_queue_delete_link(&l->waiting, it);
+			fail_request(l->http, req, req->last_ep, NULL, NULL,
+				     caller_cancelled_error());
+		}
+		it = next;
+	}
+}
+
+/*
  * Moves to @l's ready queue what it has to do: its retries now due, what
  * submitters admitted to it, and, for each slot of its still unclaimed,
  * the oldest submission that found no room anywhere.
@@ -1920,6 +1944,7 @@ static void take_work(struct loop *l, gint64 now)
 	struct http_request *req;
 	guint due = 0;
 
+	drop_cancelled_retries(l);
 	while ((req = g_queue_peek_head(&l->waiting)) && req->due_us <= now) {
 		g_queue_push_tail(&l->ready, g_queue_pop_head(&l->waiting));
 		due++;

@@ -386,7 +386,8 @@ void http_request_set_max_attempts(struct http_request *req, guint n);
  * transfer slot or the ramp-up is ended when its turn comes, without
  * being sent; one running is aborted at its transfer's next progress
  * tick (at most a second or so: curl's low-speed timer); one waiting out
- * a retry's backoff, when it is due.  No cancelled request is retried.
+ * a retry's backoff, within a poll tick (a second at most), not when the
+ * backoff is due.  No cancelled request is retried.
  * Reference-counted; any thread.
  */
 struct http_cancel *http_cancel_new(void);

@@ -461,9 +461,7 @@ gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us)
 	return done;
 }
 
-/* Aborts @u on an aborter thread, logging @why (copied), once its parts
- * in flight have ended; returns at once. */
-static void upload_abort_async(struct upload *u, const GError *why)
+void upload_abort_async(struct upload *u, const GError *why)
 {
 	u->why = g_error_copy(why);
 	/* At once, not when an aborter gets to it. */

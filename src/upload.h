@@ -19,9 +19,10 @@
  * An abort (a failure, an interrupted close, an unlink, the daemon's
  * stop) first cancels the upload's parts (http_cancel_set()): those not
  * yet hashed or still waiting for a connection are never sent, those on
- * their way are cut short, one waiting out a retry's backoff ends when
- * the backoff is due, and only then, once none holds its slot, is
- * AbortMultipartUpload sent.
+ * their way are cut short, one waiting out a retry's backoff ends within
+ * the engine's poll tick (http.h), and only then, once none holds its
+ * slot, is AbortMultipartUpload sent.  An interrupted write() aborts at
+ * once too, not at close: the file is broken already.
  *
  * Threads: one writer per upload at a time (the caller serializes); any
  * thread except the HTTP engine's own.  The uploader outlives its uploads.
@@ -115,5 +116,12 @@ gboolean upload_finish(struct upload *u, GBytes *last, guint64 size,
  * caller reports the cause).  Frees @u.
  */
 void upload_abort(struct upload *u, const GError *why);
+
+/*
+ * Cancels the parts in flight at once, like upload_abort(), but returns
+ * at once too: an aborter thread waits for them and aborts, logging @why
+ * (copied; not NULL).  uploader_wait_aborts() waits for it.  Frees @u.
+ */
+void upload_abort_async(struct upload *u, const GError *why);
 
 #endif

@@ -350,6 +350,13 @@ class TestServerMultipart(MultipartCase):
             self.server.clear_faults()
         s = self.signer()
         self.assertTrue(s3_get(s, self.bucket, "intr.pt") is None)
+        # Aborted on an abort thread once its parts let go, from the
+        # interrupt on: the log says when.
+        logged = "multipart upload of 'intr.pt' aborted after"
+        deadline = time.monotonic() + 60
+        while logged not in m.output() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.assertIn(logged, m.output())
         self.assertEqual(uploads(s, self.bucket), [])
         self.assertIn("interrupted while waiting for a part slot",
                       m.output())
@@ -444,6 +451,54 @@ class TestServerMultipart(MultipartCase):
         self.assertTrue(s3_get(s, self.bucket, "queued.pt") is None)
         # The slots are free again: the name can be written.
         self.check_round_trip(m, "queued.pt", os.urandom(2 * PART + MiB))
+
+    def test_interrupted_write_cancels_its_parts_at_once(self):
+        # Six part slots over two connections, every part slow: a write
+        # that waits for a seventh slot is interrupted.  The file is
+        # broken, so its four queued parts are dropped and the upload
+        # aborted then, while the descriptor is still open, not at close.
+        m = self.mount("intrwrite", "max_connections=2", "write_parts=6")
+        libc = ctypes.CDLL(None, use_errno=True)
+        s = self.signer()
+        self.server.faults([{"op": "UPLOADPART", "kind": "delay",
+                             "seconds": 120, "count": 100}])
+        self.addCleanup(self.server.clear_faults)
+        self.server.control("POST", "stats/reset")
+        old = signal.signal(signal.SIGALRM, lambda signum, frame: None)
+        fd = os.open(m.path("wqueued.pt"), os.O_CREAT | os.O_WRONLY, 0o644)
+        try:
+            os.write(fd, os.urandom(6 * PART))
+            deadline = time.monotonic() + 60
+            while (self.ops().get("UPLOADPART", 0) < 2 and
+                   time.monotonic() < deadline):
+                time.sleep(0.05)
+            sent = self.ops().get("UPLOADPART", 0)
+            self.assertEqual(sent, 2, "both connections carry a part")
+            more = ctypes.create_string_buffer(os.urandom(PART + MiB))
+            signal.setitimer(signal.ITIMER_REAL, 0.3, 0.3)
+            rc = libc.write(fd, more, PART + MiB)
+            err = ctypes.get_errno()
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            # The kernel may have taken part of it before the interrupt.
+            self.assertEqual(err, errno.EINTR, (rc, err))
+            logged = ("multipart upload of 'wqueued.pt' aborted after 6 "
+                      "parts: a write was interrupted: multipart upload: "
+                      "interrupted while waiting for a part slot")
+            deadline = time.monotonic() + 60
+            while (logged not in m.output() and
+                   time.monotonic() < deadline):
+                time.sleep(0.2)
+            self.assertIn(logged, m.output())
+            self.assertEqual(self.ops().get("UPLOADPART", 0), sent)
+            self.assertEqual(uploads(s, self.bucket), [])
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+            rc = libc.close(fd)
+        self.assertEqual((rc, ctypes.get_errno()), (-1, errno.EIO))
+        self.server.clear_faults()
+        self.assertTrue(s3_get(s, self.bucket, "wqueued.pt") is None)
+        self.check_round_trip(m, "wqueued.pt", os.urandom(2 * PART + MiB))
 
     def test_complete_error_in_a_200_is_retried(self):
         m = self.mount("error200")

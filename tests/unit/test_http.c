@@ -1534,6 +1534,46 @@ static void test_cancel(void)
 	tcase_clear(&tc);
 }
 
+/*
+ * A request in backoff that is cancelled ends within a poll tick with
+ * ECANCELED, not when its backoff is due (drawn up to 300 s here: it
+ * would end in the 5 s waited with 2% odds), and is not sent again.
+ */
+static void test_cancel_backoff(void)
+{
+	struct http_cancel *c = http_cancel_new();
+	struct rig r;
+	struct tcase tc;
+	struct treq *q, t;
+	gint64 t0;
+
+	rig_init(&r);
+	rig_add(&r, server_new());
+	r.o.max_attempts = 3;
+	r.o.backoff_base = 300;
+	r.o.backoff_max = 300;
+	rig_start(&r);
+	tcase_init(&tc);
+	q = t_new(&tc, r.http, "/x?s=503");
+	q->cancel = c;
+	t_submit(q, FALSE, -1, 0);
+	g_assert_true(WAIT_FOR((rig_stats(&r), r.st[0].errors == 1), 5));
+	g_assert_true(WAIT_FOR(all_idle(&r), 5));
+	g_assert_cmpuint(tcase_done(&tc), ==, 0);
+	t0 = now_us();
+	http_cancel_set(c);
+	wait_done(&tc, 1, 5);
+	t = t_get(q);
+	g_test_message("ended %.3f s after the cancel", (now_us() - t0) / 1e6);
+	g_assert_cmpint(t.code, ==, ECANCELED);
+	g_assert_nonnull(strstr(t.message, "cancelled by its caller"));
+	g_assert_cmpuint(t.calls, ==, 1);
+	g_assert_cmpuint(server_counts(r.srv[0]).requests, ==, 1);
+	http_cancel_unref(c);
+	rig_clear(&r);
+	tcase_clear(&tc);
+}
+
 /* The most accepts within any @window_us of the sorted @t. */
 static guint max_in_window(const gint64 *t, guint n, gint64 window_us)
 {
@@ -1832,6 +1872,7 @@ int main(int argc, char **argv)
 		{ "retry-budget", test_retry_budget, 3 },
 		{ "fifo", test_fifo, 3 },
 		{ "cancel", test_cancel, 2 },
+		{ "cancel-backoff", test_cancel_backoff, 3 },
 		{ "ramp", test_ramp, 3 },
 		/* Two hedged requests fill the four slots: with two threads,
 		 * each runs one and its duplicate in its slice of two. */
