@@ -145,6 +145,13 @@ rgw frontends = beast endpoint=127.0.0.1:$rgw_port
 rgw data = $dir/rgw
 rgw enable usage log = false
 rgw thread pool size = 64
+# Deleted objects' data is freed by RGW's garbage collector, by default
+# only 2 hours after the delete: the 20 GiB OSD then fills up under the
+# write bench (three 4 GiB files each way), and a full OSD blocks writes.
+# Here it goes within seconds.
+rgw gc obj min wait = 0
+rgw gc processor period = 5
+rgw gc processor max time = 5
 # STS (AssumeRole) for the credential tests: a 16-byte key of this
 # private cluster, and session tokens accepted as S3 credentials.
 rgw sts key = bucketfsstskey16
