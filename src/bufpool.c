@@ -2,6 +2,7 @@
 #include "bufpool.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -15,7 +16,7 @@ struct bufpool {
 	gatomicrefcount refs; /* the pool's own and one per body out */
 	gsize page;
 	gsize idle_max;
-	GMutex lock;
+	pthread_mutex_t lock;		    /* not GMutex: invisible to TSan */
 	struct bufpool_buf *idle[NCLASSES]; /* protected by lock */
 	struct bufpool_stats stats;	    /* protected by lock */
 };
@@ -60,7 +61,7 @@ struct bufpool *bufpool_new(gsize idle_max)
 	g_atomic_ref_count_init(&pool->refs);
 	pool->page = (gsize)sysconf(_SC_PAGESIZE);
 	pool->idle_max = idle_max;
-	g_mutex_init(&pool->lock);
+	pthread_mutex_init(&pool->lock, NULL);
 	return pool;
 }
 
@@ -85,15 +86,15 @@ void bufpool_unref(struct bufpool *pool)
 			g_free(b);
 		}
 	}
-	g_mutex_clear(&pool->lock);
+	pthread_mutex_destroy(&pool->lock);
 	g_free(pool);
 }
 
 void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out)
 {
-	g_mutex_lock(&pool->lock);
+	pthread_mutex_lock(&pool->lock);
 	*out = pool->stats;
-	g_mutex_unlock(&pool->lock);
+	pthread_mutex_unlock(&pool->lock);
 }
 
 static guint8 *map_or_die(gsize size)
@@ -113,7 +114,7 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
 {
 	struct bufpool_buf *b;
 
-	g_mutex_lock(&pool->lock);
+	pthread_mutex_lock(&pool->lock);
 	b = pool->idle[cls];
 	if (b) {
 		pool->idle[cls] = b->next;
@@ -123,7 +124,7 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
 		pool->stats.maps++;
 	}
 	pool->stats.busy_bytes += size;
-	g_mutex_unlock(&pool->lock);
+	pthread_mutex_unlock(&pool->lock);
 	return b;
 }
 
@@ -175,9 +176,9 @@ static void grow(struct bufpool_buf *b, gsize need)
 	if (p == MAP_FAILED)
 		g_error("bufpool: mremap to %" G_GSIZE_FORMAT " bytes: %s",
 			size, g_strerror(errno));
-	g_mutex_lock(&pool->lock);
+	pthread_mutex_lock(&pool->lock);
 	pool->stats.busy_bytes += size - b->cap;
-	g_mutex_unlock(&pool->lock);
+	pthread_mutex_unlock(&pool->lock);
 	b->data = p;
 	b->cap = size;
 }
@@ -214,7 +215,7 @@ void bufpool_buf_free(struct bufpool_buf *b)
 	if (b->cap) {
 		cls = class_for(pool, b->cap, &size);
 		g_assert(size == b->cap);
-		g_mutex_lock(&pool->lock);
+		pthread_mutex_lock(&pool->lock);
 		pool->stats.busy_bytes -= b->cap;
 		keep = pool->stats.idle_bytes + b->cap <= pool->idle_max;
 		if (keep) {
@@ -224,7 +225,7 @@ void bufpool_buf_free(struct bufpool_buf *b)
 		} else {
 			pool->stats.unmaps++;
 		}
-		g_mutex_unlock(&pool->lock);
+		pthread_mutex_unlock(&pool->lock);
 		if (!keep)
 			munmap(b->data, b->cap);
 	}
