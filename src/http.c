@@ -31,7 +31,6 @@
  * handle, body and headers, so the twins of a round never share state.
  */
 #include <errno.h>
-#include <malloc.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,27 +42,30 @@
 #include <curl/curl.h>
 #include <openssl/x509.h>
 
+#include "bufpool.h"
 #include "error.h"
 #include "http.h"
 #include "log.h"
 #include "version.h"
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
-#define MAX_POLL_MS	   1000
-#define UNWATCHED_POLL_MS  10 /* a socket epoll refused: see on_socket() */
-#define EPOLL_BATCH	   64 /* socket events taken per epoll_wait() */
-#define ERROR_BODY_LIMIT   (64u << 10)
-#define LATENCY_RING	   1024	 /* successful attempts kept per endpoint */
-#define HEDGE_RING	   256	 /* hedged requests kept for their p95 */
-#define STAGE_RING	   1024	 /* requests kept for their stage times */
-#define TICK_US		   10000 /* the ramp-up's tick */
-#define EWMA_WEIGHT	   0.2	 /* of the newest latency */
-#define EWMA_HALF_LIFE_US  G_USEC_PER_SEC /* of a latency not renewed */
-#define DONE_THREADS	   2  /* at least, run done(): see struct completion */
-#define RECORD_LEN	   32 /* outcomes kept for the success rate */
-#define MAX_EVENT_THREADS  64
-#define SPARE_EASY_MAX	   256 /* idle easy handles kept per loop */
-#define UNREACH_WAIT_MAX   1.0 /* seconds: a store's return is seen soon */
+/* Response bodies kept mapped for reuse (http_options.body_idle_max). */
+#define DEFAULT_BODY_IDLE_MAX ((gsize)64 << 20)
+#define MAX_POLL_MS	      1000
+#define UNWATCHED_POLL_MS     10 /* a socket epoll refused: see on_socket() */
+#define EPOLL_BATCH	      64 /* socket events taken per epoll_wait() */
+#define ERROR_BODY_LIMIT      (64u << 10)
+#define LATENCY_RING	      1024  /* successful attempts kept per endpoint */
+#define HEDGE_RING	      256   /* hedged requests kept for their p95 */
+#define STAGE_RING	      1024  /* requests kept for their stage times */
+#define TICK_US		      10000 /* the ramp-up's tick */
+#define EWMA_WEIGHT	      0.2   /* of the newest latency */
+#define EWMA_HALF_LIFE_US     G_USEC_PER_SEC /* of a latency not renewed */
+#define DONE_THREADS	      2 /* at least, run done(): see struct completion */
+#define RECORD_LEN	      32 /* outcomes kept for the success rate */
+#define MAX_EVENT_THREADS     64
+#define SPARE_EASY_MAX	      256 /* idle easy handles kept per loop */
+#define UNREACH_WAIT_MAX      1.0 /* seconds: a store's return is seen soon */
 /* Seconds: the first retry's cap after a 503/429/5xx, about one GET's time
  * to a store in the same region (see retry_wait_us()). */
 #define BACKOFF_BASE 0.01
@@ -200,7 +202,7 @@ struct http {
 	pthread_t *done_threads; /* ndone of them, immutable */
 	guint ndone;
 	guint done_started;
-	gint64 trim_due_us; /* atomic: when a done thread next trims the heap */
+	struct bufpool *bodies; /* response bodies, any thread */
 };
 
 struct attempt {
@@ -210,7 +212,7 @@ struct attempt {
 	struct endpoint *ep;
 	CURL *easy;
 	struct curl_slist *req_headers;
-	GByteArray *body;
+	struct bufpool_buf *body;
 	GHashTable *headers;
 	gint64 start_us;
 	gint64 head_us;	  /* when its (last) status line arrived */
@@ -784,8 +786,7 @@ static void attempt_free(struct attempt *a)
 	if (!a)
 		return;
 	attempt_drop_transfer(a);
-	if (a->body)
-		g_byte_array_unref(a->body);
+	bufpool_buf_free(a->body);
 	if (a->headers)
 		g_hash_table_unref(a->headers);
 	g_free(a);
@@ -830,8 +831,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		/* An error document only needs its head; never abort the
 		 * transfer for it, or the real status would be lost. */
 		if (a->body->len < ERROR_BODY_LIMIT)
-			g_byte_array_append(
-				a->body, (const guint8 *)ptr,
+			bufpool_buf_append(
+				a->body, ptr,
 				MIN(n, ERROR_BODY_LIMIT - a->body->len));
 		return n;
 	}
@@ -840,7 +841,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 		a->body_status = status;
 		return 0;
 	}
-	g_byte_array_append(a->body, (const guint8 *)ptr, n);
+	bufpool_buf_append(a->body, ptr, n);
 	return n;
 }
 
@@ -1123,34 +1124,6 @@ static void complete(struct completion *c)
 /* The engine whose done thread this is, if it is one. */
 static __thread struct http *done_thread_of;
 
-#define TRIM_PERIOD_US (10 * G_USEC_PER_SEC)
-
-/*
- * Bodies are allocated by the event threads, in their malloc arenas,
- * and freed by whoever held them last; main.c's tune_malloc() keeps
- * freed memory mapped so that the next body finds its pages faulted in.
- * Kept for ever, that free space is the arena's high-water mark, and a
- * rare peak (many stalled transfers at once) raises it for the rest of
- * the mount's life: in the soak an event thread's arena held 14-15 MB
- * for 4-8 MB in use, one step up every few minutes.  Every 10 s, one
- * done thread gives the free pages back (malloc_trim() unmaps the free
- * pages inside every arena); the next bodies fault in again what they
- * use, a few thousand pages per 10 s.
- */
-static void trim_heap(struct http *http)
-{
-	gint64 now = g_get_monotonic_time();
-	gint64 due = __atomic_load_n(&http->trim_due_us, __ATOMIC_RELAXED);
-
-	if (now < due)
-		return;
-	/* One thread per period: the others see the new due time. */
-	if (__atomic_compare_exchange_n(&http->trim_due_us, &due,
-					now + TRIM_PERIOD_US, FALSE,
-					__ATOMIC_RELAXED, __ATOMIC_RELAXED))
-		malloc_trim(0);
-}
-
 static void *done_thread(void *data)
 {
 	struct http *http = data;
@@ -1167,7 +1140,6 @@ static void *done_thread(void *data)
 		if (!c)
 			return NULL;
 		complete(c);
-		trim_heap(http);
 	}
 }
 
@@ -1229,7 +1201,7 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	a->req = req;
 	a->ep = ep;
 	a->moved_us = g_get_monotonic_time();
-	a->body = g_byte_array_sized_new(req->body_reserve);
+	a->body = bufpool_buf_new(l->http->bodies, req->body_reserve);
 	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	for (i = 0; i < headers->len; i++) {
@@ -2422,7 +2394,6 @@ static gboolean start_threads(struct http *http, GError **error)
 
 	/* The copies they make grow with the loops' transfers. */
 	http->ndone = MAX(DONE_THREADS, http->nloops);
-	http->trim_due_us = g_get_monotonic_time() + TRIM_PERIOD_US;
 	http->done_threads = g_new0(pthread_t, http->ndone);
 	for (i = 0; i < http->ndone; i++) {
 		int rc = pthread_create(&http->done_threads[i], NULL,
@@ -2469,6 +2440,8 @@ struct http *http_new(const struct http_options *opts, GError **error)
 		g_once_init_leave(&curl_once, 1);
 	}
 	http = g_new0(struct http, 1);
+	http->bodies = bufpool_new(opts->body_idle_max ? opts->body_idle_max
+						       : DEFAULT_BODY_IDLE_MAX);
 	pthread_mutex_init(&http->lock, NULL);
 	pthread_mutex_init(&http->done_lock, NULL);
 	pthread_cond_init(&http->done_cond, NULL);
@@ -2568,6 +2541,8 @@ void http_free(struct http *http)
 	pthread_cond_destroy(&http->done_cond);
 	g_free(http->ca_file);
 	g_free(http->user_agent);
+	/* Bodies still held (GBytes from a GET) keep the pool alive. */
+	bufpool_unref(http->bodies);
 	g_free(http);
 }
 

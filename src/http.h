@@ -130,6 +130,8 @@
 
 #include <glib.h>
 
+#include "bufpool.h"
+
 struct http;
 struct http_request;
 struct http_cancel;
@@ -171,6 +173,10 @@ struct http_options {
 	 * of max_connections: 0 = http_default_event_threads(); at most 64,
 	 * and at most max_connections. */
 	guint event_threads;
+	/* Response bodies come from a pool of mmap'd buffers (bufpool.h),
+	 * not malloc; freed ones stay mapped for the next body, at most this
+	 * many bytes of them (0 = 64 MiB), and the rest are unmapped. */
+	gsize body_idle_max;
 };
 
 /*
@@ -214,11 +220,12 @@ struct http_endpoint {
 
 /*
  * A finished attempt's response, borrowed by judge() and done() for the
- * duration of the call.  done() may steal @body (g_steal_pointer).
+ * duration of the call.  done() may steal @body (g_steal_pointer) and
+ * then owns it: bufpool_buf_free() or bufpool_buf_free_to_bytes().
  */
 struct http_response {
-	long status;	  /* 0 when no response arrived */
-	GByteArray *body; /* never NULL while a callback runs */
+	long status;		  /* 0 when no response arrived */
+	struct bufpool_buf *body; /* never NULL while a callback runs */
 	const struct http_endpoint *endpoint;
 	guint attempt; /* 1-based */
 	guint max_attempts;

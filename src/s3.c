@@ -571,8 +571,7 @@ static enum http_verdict judge_range_ignored(struct call *call,
 			resp->endpoint->url, len, call->s3->bucket, k,
 			call->offset, last);
 	}
-	g_byte_array_set_size(resp->body, end);
-	g_byte_array_remove_range(resp->body, 0, (guint)call->offset);
+	bufpool_buf_cut(resp->body, call->offset, end - call->offset);
 	call->meta.size = len;
 	return HTTP_VERDICT_DONE;
 }
@@ -712,8 +711,7 @@ static void call_done(struct http_request *req, struct http_response *resp,
 
 	(void)req;
 	if (!error && call->kind == CALL_GET)
-		bytes = g_byte_array_free_to_bytes(
-			g_steal_pointer(&resp->body));
+		bytes = bufpool_buf_free_to_bytes(g_steal_pointer(&resp->body));
 	if (call->get_done) {
 		call->get_done(bytes, &call->meta, error, call->user);
 		return;

@@ -1,0 +1,246 @@
+/* bufpool: see bufpool.h. */
+#include "bufpool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* Four classes per doubling: n pages to the class index and back.
+ * 1-4 pages are classes 0-3; above, a class is m * 2^(e-2) pages for
+ * m = 5..8, so no body maps more than 25% over what it asked for. */
+#define NCLASSES 256
+
+struct bufpool {
+	gatomicrefcount refs; /* the pool's own and one per body out */
+	gsize page;
+	gsize idle_max;
+	pthread_mutex_t lock;		    /* not GMutex: invisible to TSan */
+	struct bufpool_buf *idle[NCLASSES]; /* protected by lock */
+	struct bufpool_stats stats;	    /* protected by lock */
+};
+
+static guint class_of(gsize pages)
+{
+	guint e;
+	gsize step, m;
+
+	if (pages <= 4)
+		return (guint)(pages ? pages - 1 : 0);
+	e = (guint)g_bit_storage(pages - 1) - 1;
+	step = (gsize)1 << (e - 2);
+	m = (pages + step - 1) / step;
+	return 4 * (e - 1) + (guint)(m - 5);
+}
+
+static gsize class_pages(guint cls)
+{
+	guint e;
+
+	if (cls < 4)
+		return cls + 1;
+	e = cls / 4 + 1;
+	return (gsize)(cls % 4 + 5) << (e - 2);
+}
+
+/* The class for @bytes, and its size in bytes. */
+static guint class_for(const struct bufpool *pool, gsize bytes, gsize *size)
+{
+	guint cls = class_of((bytes + pool->page - 1) / pool->page);
+
+	g_assert(cls < NCLASSES);
+	*size = class_pages(cls) * pool->page;
+	return cls;
+}
+
+struct bufpool *bufpool_new(gsize idle_max)
+{
+	struct bufpool *pool = g_new0(struct bufpool, 1);
+
+	g_atomic_ref_count_init(&pool->refs);
+	pool->page = (gsize)sysconf(_SC_PAGESIZE);
+	pool->idle_max = idle_max;
+	pthread_mutex_init(&pool->lock, NULL);
+	return pool;
+}
+
+struct bufpool *bufpool_ref(struct bufpool *pool)
+{
+	g_atomic_ref_count_inc(&pool->refs);
+	return pool;
+}
+
+void bufpool_unref(struct bufpool *pool)
+{
+	guint i;
+
+	if (!pool || !g_atomic_ref_count_dec(&pool->refs))
+		return;
+	for (i = 0; i < NCLASSES; i++) {
+		struct bufpool_buf *b;
+
+		while ((b = pool->idle[i])) {
+			pool->idle[i] = b->next;
+			munmap(b->data, b->cap);
+			g_free(b);
+		}
+	}
+	pthread_mutex_destroy(&pool->lock);
+	g_free(pool);
+}
+
+void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out)
+{
+	pthread_mutex_lock(&pool->lock);
+	*out = pool->stats;
+	pthread_mutex_unlock(&pool->lock);
+}
+
+static guint8 *map_or_die(gsize size)
+{
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		g_error("bufpool: mmap of %" G_GSIZE_FORMAT " bytes: %s", size,
+			g_strerror(errno));
+	return p;
+}
+
+/* An idle body of class @cls, or NULL; counts it busy. */
+static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
+				     gsize size)
+{
+	struct bufpool_buf *b;
+
+	pthread_mutex_lock(&pool->lock);
+	b = pool->idle[cls];
+	if (b) {
+		pool->idle[cls] = b->next;
+		pool->stats.idle_bytes -= b->cap;
+		pool->stats.reuses++;
+	} else {
+		pool->stats.maps++;
+	}
+	pool->stats.busy_bytes += size;
+	pthread_mutex_unlock(&pool->lock);
+	return b;
+}
+
+struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
+{
+	struct bufpool_buf *b = NULL;
+	gsize size;
+	guint cls;
+
+	if (reserve) {
+		cls = class_for(pool, reserve, &size);
+		b = take_idle(pool, cls, size);
+		if (!b) {
+			b = g_new0(struct bufpool_buf, 1);
+			b->data = map_or_die(size);
+			b->cap = size;
+		}
+	} else {
+		b = g_new0(struct bufpool_buf, 1);
+	}
+	b->len = 0;
+	b->next = NULL;
+	b->pool = bufpool_ref(pool);
+	return b;
+}
+
+/* Makes room for @need bytes in all. */
+static void grow(struct bufpool_buf *b, gsize need)
+{
+	struct bufpool *pool = b->pool;
+	struct bufpool_buf *d;
+	gsize size;
+	guint cls = class_for(pool, MAX(need, b->cap * 2), &size);
+	void *p;
+
+	if (!b->cap) {
+		d = take_idle(pool, cls, size);
+		if (d) {
+			b->data = d->data;
+			g_free(d);
+		} else {
+			b->data = map_or_die(size);
+		}
+		b->cap = size;
+		return;
+	}
+	/* The pages move with their table entries: no copy, no fault. */
+	p = mremap(b->data, b->cap, size, MREMAP_MAYMOVE);
+	if (p == MAP_FAILED)
+		g_error("bufpool: mremap to %" G_GSIZE_FORMAT " bytes: %s",
+			size, g_strerror(errno));
+	pthread_mutex_lock(&pool->lock);
+	pool->stats.busy_bytes += size - b->cap;
+	pthread_mutex_unlock(&pool->lock);
+	b->data = p;
+	b->cap = size;
+}
+
+void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
+{
+	if (!n)
+		return;
+	g_return_if_fail(b->len + n > b->len);
+	if (b->len + n > b->cap)
+		grow(b, b->len + n);
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
+}
+
+void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len)
+{
+	g_return_if_fail(off <= b->len && len <= b->len - off);
+	if (off && len)
+		memmove(b->data, b->data + off, len);
+	b->len = len;
+}
+
+void bufpool_buf_free(struct bufpool_buf *b)
+{
+	struct bufpool *pool;
+	gboolean keep = FALSE;
+	guint cls;
+	gsize size;
+
+	if (!b)
+		return;
+	pool = b->pool;
+	if (b->cap) {
+		cls = class_for(pool, b->cap, &size);
+		g_assert(size == b->cap);
+		pthread_mutex_lock(&pool->lock);
+		pool->stats.busy_bytes -= b->cap;
+		keep = pool->stats.idle_bytes + b->cap <= pool->idle_max;
+		if (keep) {
+			b->next = pool->idle[cls];
+			pool->idle[cls] = b;
+			pool->stats.idle_bytes += b->cap;
+		} else {
+			pool->stats.unmaps++;
+		}
+		pthread_mutex_unlock(&pool->lock);
+		if (!keep)
+			munmap(b->data, b->cap);
+	}
+	if (!keep)
+		g_free(b);
+	bufpool_unref(pool);
+}
+
+GBytes *bufpool_buf_free_to_bytes(struct bufpool_buf *b)
+{
+	/* GBytes wants non-NULL data for a free func to run. */
+	if (!b->cap) {
+		bufpool_buf_free(b);
+		return g_bytes_new(NULL, 0);
+	}
+	return g_bytes_new_with_free_func(b->data, b->len,
+					  (GDestroyNotify)bufpool_buf_free, b);
+}

@@ -1,0 +1,67 @@
+/*
+ * bufpool: response bodies in memory of the daemon's own.
+ *
+ * A body is page-aligned anonymous memory (mmap) in a size class (whole
+ * pages, four classes per doubling).  A freed body goes back to its
+ * class's free list with its pages still faulted in, so the next body
+ * of that class costs no page fault and no malloc; what is kept idle is
+ * bounded by the pool's idle_max, and a body freed above it is unmapped.
+ * Bodies never come from malloc, so no thread's malloc arena holds them
+ * (glibc keeps an arena's high-water mark and fragments it; the soak
+ * showed the event threads' arenas growing for ever).
+ *
+ * Any thread may allocate and free; a body is used by one thread at a
+ * time.  Out of memory aborts, as g_malloc() does.
+ */
+#pragma once
+
+#include <glib.h>
+
+struct bufpool;
+
+/* A body.  @data and @cap may change on append; @len <= @cap. */
+struct bufpool_buf {
+	guint8 *data; /* NULL while @cap is 0 */
+	gsize len;
+	gsize cap;
+	/* private */
+	struct bufpool *pool;
+	struct bufpool_buf *next; /* on a free list */
+};
+
+struct bufpool_stats {
+	guint64 idle_bytes; /* mapped, on free lists */
+	guint64 busy_bytes; /* mapped, in bodies held */
+	guint64 maps;	    /* mmap() calls (new bodies, growth from 0) */
+	guint64 reuses;	    /* bodies taken from a free list */
+	guint64 unmaps;	    /* bodies given back above idle_max */
+};
+
+/* A pool that keeps at most @idle_max bytes idle.  Any thread. */
+struct bufpool *bufpool_new(gsize idle_max);
+
+/* A pool lives while it is referenced or holds bodies that are out;
+ * the last unref unmaps the idle ones.  Any thread. */
+struct bufpool *bufpool_ref(struct bufpool *pool);
+void bufpool_unref(struct bufpool *pool);
+
+/* Counters at this moment.  Any thread. */
+void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out);
+
+/* An empty body with room for at least @reserve bytes (0: none mapped
+ * until the first append).  Free with bufpool_buf_free(). */
+struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve);
+
+/* Appends @n bytes; grows the body (mremap, no copy) past its cap. */
+void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n);
+
+/* Keeps only bytes [@off, @off + @len) of @b, moved to its start. */
+void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len);
+
+/* Returns @b's memory to its pool.  NULL is ignored. */
+void bufpool_buf_free(struct bufpool_buf *b);
+
+/* Turns @b (taken) into GBytes of its @len bytes, with no copy; the
+ * memory goes back to the pool when the last reference is dropped, on
+ * whichever thread that is. */
+GBytes *bufpool_buf_free_to_bytes(struct bufpool_buf *b);
