@@ -134,7 +134,12 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 	gsize size;
 	guint cls;
 
-	if (reserve) {
+	if (reserve && reserve < BUFPOOL_HEAP_MAX) {
+		b = g_new0(struct bufpool_buf, 1);
+		b->data = g_malloc(reserve);
+		b->cap = reserve;
+		b->heap = TRUE;
+	} else if (reserve) {
 		cls = class_for(pool, reserve, &size);
 		b = take_idle(pool, cls, size);
 		if (!b) {
@@ -156,10 +161,29 @@ static void grow(struct bufpool_buf *b, gsize need)
 {
 	struct bufpool *pool = b->pool;
 	struct bufpool_buf *d;
-	gsize size;
-	guint cls = class_for(pool, MAX(need, b->cap * 2), &size);
+	gsize size, want = MAX(need, b->cap * 2);
+	guint cls;
 	void *p;
 
+	if ((b->heap || !b->cap) && want < BUFPOOL_HEAP_MAX) {
+		b->data = g_realloc(b->data, want);
+		b->cap = want;
+		b->heap = TRUE;
+		return;
+	}
+	cls = class_for(pool, want, &size);
+	if (b->heap) {
+		/* Out of the heap into the pool: one copy of what is held. */
+		guint8 *old = b->data;
+		gsize len = b->len;
+
+		b->heap = FALSE;
+		b->cap = 0;
+		grow(b, want);
+		memcpy(b->data, old, len);
+		g_free(old);
+		return;
+	}
 	if (!b->cap) {
 		d = take_idle(pool, cls, size);
 		if (d) {
@@ -187,7 +211,7 @@ void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
 {
 	if (!n)
 		return;
-	g_return_if_fail(b->len + n > b->len);
+	g_assert(b->len + n > b->len);
 	if (b->len + n > b->cap)
 		grow(b, b->len + n);
 	memcpy(b->data + b->len, p, n);
@@ -212,7 +236,9 @@ void bufpool_buf_free(struct bufpool_buf *b)
 	if (!b)
 		return;
 	pool = b->pool;
-	if (b->cap) {
+	if (b->heap) {
+		g_free(b->data);
+	} else if (b->cap) {
 		cls = class_for(pool, b->cap, &size);
 		g_assert(size == b->cap);
 		pthread_mutex_lock(&pool->lock);

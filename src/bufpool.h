@@ -6,9 +6,14 @@
  * class's free list with its pages still faulted in, so the next body
  * of that class costs no page fault and no malloc; what is kept idle is
  * bounded by the pool's idle_max, and a body freed above it is unmapped.
- * Bodies never come from malloc, so no thread's malloc arena holds them
- * (glibc keeps an arena's high-water mark and fragments it; the soak
- * showed the event threads' arenas growing for ever).
+ * Bodies of BUFPOOL_HEAP_MAX bytes or more never come from malloc, so no
+ * thread's malloc arena holds them (glibc keeps an arena's high-water
+ * mark and fragments it; the soak showed the event threads' arenas
+ * growing for ever).  Smaller ones are malloc'd at their exact size: a
+ * mapping each would cost a whole page for a few bytes (more memory than
+ * memory_max counts) and one kernel VMA each, and enough small objects
+ * held at once would pass vm.max_map_count.  A heap body that grows past
+ * BUFPOOL_HEAP_MAX moves into the pool (one copy).
  *
  * Any thread may allocate and free; a body is used by one thread at a
  * time.  Out of memory aborts, as g_malloc() does.
@@ -19,12 +24,16 @@
 
 struct bufpool;
 
+/* Bodies below this many bytes are malloc'd (see above). */
+#define BUFPOOL_HEAP_MAX (64u << 10)
+
 /* A body.  @data and @cap may change on append; @len <= @cap. */
 struct bufpool_buf {
 	guint8 *data; /* NULL while @cap is 0 */
 	gsize len;
 	gsize cap;
 	/* private */
+	gboolean heap; /* @data is g_malloc()'d, not a pool mapping */
 	struct bufpool *pool;
 	struct bufpool_buf *next; /* on a free list */
 };

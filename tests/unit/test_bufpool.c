@@ -8,20 +8,20 @@ static void test_reuse(void)
 {
 	struct bufpool *pool = bufpool_new(1 << 20);
 	struct bufpool_stats st;
-	struct bufpool_buf *b = bufpool_buf_new(pool, 5000);
+	struct bufpool_buf *b = bufpool_buf_new(pool, BUFPOOL_HEAP_MAX + 5000);
 	guint8 *first = b->data;
 	gsize page = (gsize)sysconf(_SC_PAGESIZE);
 
 	g_assert_nonnull(b->data);
-	g_assert_cmpuint(b->cap, >=, 5000);
+	g_assert_cmpuint(b->cap, >=, BUFPOOL_HEAP_MAX + 5000);
 	g_assert_cmpuint((guintptr)b->data % page, ==, 0);
 	bufpool_buf_append(b, "abc", 3);
 	bufpool_buf_free(b);
 	bufpool_get_stats(pool, &st);
 	g_assert_cmpuint(st.busy_bytes, ==, 0);
-	g_assert_cmpuint(st.idle_bytes, >=, 5000);
+	g_assert_cmpuint(st.idle_bytes, >=, BUFPOOL_HEAP_MAX + 5000);
 	/* Same class: the same mapping back, empty. */
-	b = bufpool_buf_new(pool, 4500);
+	b = bufpool_buf_new(pool, BUFPOOL_HEAP_MAX + 4500);
 	g_assert_true(b->data == first);
 	g_assert_cmpuint(b->len, ==, 0);
 	bufpool_get_stats(pool, &st);
@@ -62,19 +62,50 @@ static void test_grow_and_cut(void)
 
 static void test_idle_cap(void)
 {
-	gsize page = (gsize)sysconf(_SC_PAGESIZE);
-	struct bufpool *pool = bufpool_new(3 * page);
+	struct bufpool *pool = bufpool_new(3 * BUFPOOL_HEAP_MAX);
 	struct bufpool_buf *b[5];
 	struct bufpool_stats st;
 	guint i;
 
 	for (i = 0; i < 5; i++)
-		b[i] = bufpool_buf_new(pool, page);
+		b[i] = bufpool_buf_new(pool, BUFPOOL_HEAP_MAX);
 	for (i = 0; i < 5; i++)
 		bufpool_buf_free(b[i]);
 	bufpool_get_stats(pool, &st);
-	g_assert_cmpuint(st.idle_bytes, ==, 3 * page);
+	g_assert_cmpuint(st.idle_bytes, ==, 3 * BUFPOOL_HEAP_MAX);
 	g_assert_cmpuint(st.unmaps, ==, 2);
+	bufpool_unref(pool);
+}
+
+/* Small bodies are malloc'd at their size, not mapped; one that grows
+ * past BUFPOOL_HEAP_MAX moves into the pool with its bytes. */
+static void test_heap(void)
+{
+	struct bufpool *pool = bufpool_new(1 << 20);
+	struct bufpool_stats st;
+	struct bufpool_buf *b = bufpool_buf_new(pool, 1000);
+	guint8 chunk[4096];
+	guint i;
+
+	g_assert_cmpuint(b->cap, ==, 1000);
+	bufpool_buf_append(b, "x", 1);
+	bufpool_get_stats(pool, &st);
+	g_assert_cmpuint(st.maps, ==, 0);
+	g_assert_cmpuint(st.busy_bytes, ==, 0);
+	for (i = 0; i < 40; i++) {
+		memset(chunk, (int)i, sizeof(chunk));
+		bufpool_buf_append(b, chunk, sizeof(chunk));
+	}
+	g_assert_cmpuint(b->len, ==, 1 + 40 * 4096);
+	g_assert_cmpuint(b->data[0], ==, 'x');
+	for (i = 0; i < 40; i++)
+		g_assert_cmpuint(b->data[1 + i * 4096 + 4095], ==, i);
+	bufpool_get_stats(pool, &st);
+	g_assert_cmpuint(st.maps, ==, 1);
+	g_assert_cmpuint(st.busy_bytes, ==, b->cap);
+	bufpool_buf_free(b);
+	bufpool_get_stats(pool, &st);
+	g_assert_cmpuint(st.busy_bytes, ==, 0);
 	bufpool_unref(pool);
 }
 
@@ -98,7 +129,7 @@ static void test_bytes_outlive_pool(void)
 }
 
 #define THREADS 4
-#define ROUNDS	20000
+#define ROUNDS	5000
 
 static GAsyncQueue *handoff;
 
@@ -173,6 +204,7 @@ int main(int argc, char **argv)
 	g_test_add_func("/bufpool/reuse", test_reuse);
 	g_test_add_func("/bufpool/grow_and_cut", test_grow_and_cut);
 	g_test_add_func("/bufpool/idle_cap", test_idle_cap);
+	g_test_add_func("/bufpool/heap", test_heap);
 	g_test_add_func("/bufpool/bytes_outlive_pool", test_bytes_outlive_pool);
 	g_test_add_func("/bufpool/threads", test_threads);
 	return g_test_run();
