@@ -472,7 +472,8 @@ struct ov_file *overlay_open(struct overlay *ov, guint64 node,
 
 			n->data = ov_buf_new();
 			ov_buf_set_size(n->data, len);
-			memcpy(n->data->data, p, len);
+			if (len) /* an empty buffer has no data to copy to */
+				memcpy(n->data->data, p, len);
 			n->size = len;
 		}
 		f = file_new(ov, n, writable);
@@ -669,7 +670,7 @@ void overlay_stop(struct ov_file *f)
 	struct overlay *ov = f->ov;
 	struct onode *n = f->n;
 	struct upload *up;
-	gboolean pending;
+	gboolean pending, broke;
 
 	g_mutex_lock(&ov->lock);
 	pending = !f->writable || ov_stale(f);
@@ -682,13 +683,17 @@ void overlay_stop(struct ov_file *f)
 	up = g_steal_pointer(&n->up);
 	g_mutex_lock(&ov->lock);
 	pending = up || (n->version != n->uploaded && !n->removed);
+	broke = n->broken != NULL;
 	g_mutex_unlock(&ov->lock);
 	if (pending) {
 		g_autofree char *k = log_escape(n->key, -1);
 		g_autoptr(GError) why =
 			g_error_new(BFS_ERROR, ECANCELED,
 				    "the daemon stopped mid-file (%s)",
-				    up ? "upload aborted" : "nothing uploaded");
+				    up	    ? "upload aborted"
+				    : broke ? "its upload was aborted "
+					      "when a write failed"
+					    : "nothing uploaded");
 
 		log_error(LOG_LEVEL_ERR, why, "'%s' not on S3", k);
 		if (up)
