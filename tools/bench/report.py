@@ -1237,30 +1237,17 @@ def sec_soak(d, w):
           % (first["minute"], ", ".join("%s %d → %d" % (n, first["thread_names"].get(n, 0),
                                                         last["thread_names"].get(n, 0))
                                         for n in names)))
-    w("- **RSS** (session 10's reading; `tools/bench/soak.py` splits it since): what "
-      "grows is the event threads' malloc arenas, and nothing else. The bodies (one "
-      "object's bytes each, %s bytes here) are allocated by the two `bfs-http` threads, "
-      "each in its own glibc arena. An arena takes memory from its 64 MiB heap as "
-      "needed and keeps it: `tune_malloc()` (`fs/main.c`) sets `M_TRIM_THRESHOLD` to "
-      "128 MiB so that freed bodies stay faulted in, and `malloc_trim()` (every 10 s, "
-      "`trim_heap()` in `src/http.c`) gives back the free pages in an arena's bins but "
-      "never shrinks a thread arena's heap. A body needs one contiguous chunk; when the "
-      "free space of the arena is in pieces too small, the arena grows. So the extent "
-      "is a high-water mark of the bodies in flight at once plus the fragmentation "
-      "between them, and the bodies of the next 10 s touch nearly all of it again: the "
-      "arenas' RSS follows their extent, a step up now and then. Measured in session "
-      "10 (`malloc_info()` every 20 s from a preloaded thread, 7-minute soaks at "
-      "nice 19): each arena 12.9–14.6 MB, of which 3–13 MB free in 50–190 pieces, with "
-      "no fault injected as with 1%%; the rest of the RSS (libraries, stacks, the "
-      "main heap, the index) moved by 0.1 MB in 7 minutes. Heaptrack over a soak found "
-      "no allocation site that accumulates (what is live at a SIGKILL is the bodies in "
-      "flight and libfuse's buffers). The bound: bodies in flight are at most the "
-      "readers' GETs and their hedges (about 64 here, 20 MB), so the extents cannot "
-      "grow without end, but how close to that the growth stops is not measured, and "
-      "the table's RSS slope is that growth. Not fixed: a smaller `M_TRIM_THRESHOLD` "
-      "would let the arenas shrink, at the page-fault cost `tune_malloc()` was "
-      "measured to avoid (1.2× files/s on the DLIO load); it needs that benchmark "
-      "first." % n0(a["size"]))
+    w("- **RSS.** Until session 11 the event threads' malloc arenas grew: the bodies "
+      "(one object's bytes each, %s bytes here) were allocated by the two `bfs-http` "
+      "threads in their glibc arenas, which keep their high-water mark and fragment "
+      "(`tune_malloc()` keeps freed memory mapped, and `malloc_trim()` never shrinks a "
+      "thread arena's heap): +0.128 MiB per minute over session 10's soak, all of it "
+      "in the arenas. Since session 11 a body of 64 KiB or more comes from the "
+      "daemon's own pool (`src/bufpool.c`, docs/ARCHITECTURE.md \"The heap\"): mapped "
+      "size classes recycled with their pages faulted in, at most 64 MiB kept idle. "
+      "So the arenas hold only the small allocations, and the pool's memory is in "
+      "\"the rest\", bounded by the bodies in flight at the peak plus the idle cap." %
+      n0(a["size"]))
     if sm.get("errors"):
         w("- **Failed reads** (first ones): %s" % "; ".join(sm["errors"][:5]))
     w("")
