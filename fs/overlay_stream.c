@@ -26,9 +26,10 @@ void ov_buf_free(struct ov_buf *b)
 	g_free(b);
 }
 
-/* Grows the mapping by half again at least (mremap moves page tables,
- * not bytes), so a file written in small pieces is not remapped at each
- * one. */
+/* Grows the mapping by half again at least, so a file written in small
+ * pieces is not remapped at each one.  A new mapping and a copy, not
+ * mremap(): TSan does not follow the pages mremap() moves, and reports the
+ * moved range's old accesses as races. */
 void ov_buf_set_size(struct ov_buf *b, gsize len)
 {
 	gsize page = (gsize)sysconf(_SC_PAGESIZE);
@@ -38,15 +39,16 @@ void ov_buf_set_size(struct ov_buf *b, gsize len)
 	if (len > b->cap) {
 		cap = MAX(len, b->cap + b->cap / 2);
 		cap = (cap + page - 1) / page * page;
-		if (b->cap)
-			p = mremap(b->data, b->cap, cap, MREMAP_MAYMOVE);
-		else
-			p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			g_error("cannot map a file buffer of %" G_GSIZE_FORMAT
 				" bytes: %s",
 				cap, g_strerror(errno));
+		if (b->cap) {
+			memcpy(p, b->data, MIN(b->len, b->cap));
+			munmap(b->data, b->cap);
+		}
 		b->data = p;
 		b->cap = cap;
 	}

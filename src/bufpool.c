@@ -156,6 +156,8 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 	return b;
 }
 
+static gboolean give_back(struct bufpool *pool, struct bufpool_buf *b);
+
 /* Makes room for @need bytes in all. */
 static void grow(struct bufpool_buf *b, gsize need)
 {
@@ -163,7 +165,6 @@ static void grow(struct bufpool_buf *b, gsize need)
 	struct bufpool_buf *d;
 	gsize size, want = MAX(need, b->cap * 2);
 	guint cls;
-	void *p;
 
 	if ((b->heap || !b->cap) && want < BUFPOOL_HEAP_MAX) {
 		b->data = g_realloc(b->data, want);
@@ -171,39 +172,36 @@ static void grow(struct bufpool_buf *b, gsize need)
 		b->heap = TRUE;
 		return;
 	}
-	cls = class_for(pool, want, &size);
-	if (b->heap) {
-		/* Out of the heap into the pool: one copy of what is held. */
-		guint8 *old = b->data;
-		gsize len = b->len;
+	if (b->cap) {
+		/* Into a bigger body of the pool, one copy of what is held; the
+		 * old memory goes back.  Not mremap(): TSan does not follow the
+		 * pages it moves, and a GET's reserve is its Content-Length, so
+		 * growth is rare (error documents, unknown lengths). */
+		struct bufpool_buf *old = g_new0(struct bufpool_buf, 1);
 
-		b->heap = FALSE;
+		old->data = b->data;
+		old->len = b->len;
+		old->cap = b->cap;
+		old->heap = b->heap;
+		b->data = NULL;
 		b->cap = 0;
+		b->heap = FALSE;
 		grow(b, want);
-		memcpy(b->data, old, len);
-		g_free(old);
+		memcpy(b->data, old->data, old->len);
+		if (old->heap)
+			g_free(old->data);
+		if (old->heap || !give_back(pool, old))
+			g_free(old);
 		return;
 	}
-	if (!b->cap) {
-		d = take_idle(pool, cls, size);
-		if (d) {
-			b->data = d->data;
-			g_free(d);
-		} else {
-			b->data = map_or_die(size);
-		}
-		b->cap = size;
-		return;
+	cls = class_for(pool, want, &size);
+	d = take_idle(pool, cls, size);
+	if (d) {
+		b->data = d->data;
+		g_free(d);
+	} else {
+		b->data = map_or_die(size);
 	}
-	/* The pages move with their table entries: no copy, no fault. */
-	p = mremap(b->data, b->cap, size, MREMAP_MAYMOVE);
-	if (p == MAP_FAILED)
-		g_error("bufpool: mremap to %" G_GSIZE_FORMAT " bytes: %s",
-			size, g_strerror(errno));
-	pthread_mutex_lock(&pool->lock);
-	pool->stats.busy_bytes += size - b->cap;
-	pthread_mutex_unlock(&pool->lock);
-	b->data = p;
 	b->cap = size;
 }
 
@@ -226,35 +224,43 @@ void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len)
 	b->len = len;
 }
 
+/* Puts @b's mapping on its class's free list (TRUE: @b is on it now) or,
+ * above idle_max, unmaps it (FALSE: @b is the caller's to free). */
+static gboolean give_back(struct bufpool *pool, struct bufpool_buf *b)
+{
+	gboolean keep;
+	gsize size;
+	guint cls = class_for(pool, b->cap, &size);
+
+	g_assert(size == b->cap);
+	pthread_mutex_lock(&pool->lock);
+	pool->stats.busy_bytes -= b->cap;
+	keep = pool->stats.idle_bytes + b->cap <= pool->idle_max;
+	if (keep) {
+		b->next = pool->idle[cls];
+		pool->idle[cls] = b;
+		pool->stats.idle_bytes += b->cap;
+	} else {
+		pool->stats.unmaps++;
+	}
+	pthread_mutex_unlock(&pool->lock);
+	if (!keep)
+		munmap(b->data, b->cap);
+	return keep;
+}
+
 void bufpool_buf_free(struct bufpool_buf *b)
 {
 	struct bufpool *pool;
 	gboolean keep = FALSE;
-	guint cls;
-	gsize size;
 
 	if (!b)
 		return;
 	pool = b->pool;
-	if (b->heap) {
+	if (b->heap)
 		g_free(b->data);
-	} else if (b->cap) {
-		cls = class_for(pool, b->cap, &size);
-		g_assert(size == b->cap);
-		pthread_mutex_lock(&pool->lock);
-		pool->stats.busy_bytes -= b->cap;
-		keep = pool->stats.idle_bytes + b->cap <= pool->idle_max;
-		if (keep) {
-			b->next = pool->idle[cls];
-			pool->idle[cls] = b;
-			pool->stats.idle_bytes += b->cap;
-		} else {
-			pool->stats.unmaps++;
-		}
-		pthread_mutex_unlock(&pool->lock);
-		if (!keep)
-			munmap(b->data, b->cap);
-	}
+	else if (b->cap)
+		keep = give_back(pool, b);
 	if (!keep)
 		g_free(b);
 	bufpool_unref(pool);

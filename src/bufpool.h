@@ -61,7 +61,7 @@ void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out);
  * until the first append).  Free with bufpool_buf_free(). */
 struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve);
 
-/* Appends @n bytes; grows the body (mremap, no copy) past its cap. */
+/* Appends @n bytes; past its cap, moves the body to a bigger one. */
 void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n);
 
 /* Keeps only bytes [@off, @off + @len) of @b, moved to its start. */

@@ -1,6 +1,7 @@
 /* Unit tests for bufpool: reuse, growth, cut, the idle cap, threads. */
 #include "bufpool.h"
 
+#include <pthread.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -56,7 +57,10 @@ static void test_grow_and_cut(void)
 	bufpool_get_stats(pool, &st);
 	g_assert_cmpuint(st.idle_bytes, ==, 0);
 	g_assert_cmpuint(st.busy_bytes, ==, 0);
-	g_assert_cmpuint(st.unmaps, ==, 1);
+	/* Each growth moved the bytes to a bigger mapping: every one made
+	 * was given back, and none kept. */
+	g_assert_cmpuint(st.unmaps, ==, st.maps);
+	g_assert_cmpuint(st.maps, >, 1);
 	bufpool_unref(pool);
 }
 
@@ -101,7 +105,7 @@ static void test_heap(void)
 	for (i = 0; i < 40; i++)
 		g_assert_cmpuint(b->data[1 + i * 4096 + 4095], ==, i);
 	bufpool_get_stats(pool, &st);
-	g_assert_cmpuint(st.maps, ==, 1);
+	g_assert_cmpuint(st.maps, >=, 1);
 	g_assert_cmpuint(st.busy_bytes, ==, b->cap);
 	bufpool_buf_free(b);
 	bufpool_get_stats(pool, &st);
@@ -131,7 +135,34 @@ static void test_bytes_outlive_pool(void)
 #define THREADS 4
 #define ROUNDS	5000
 
-static GAsyncQueue *handoff;
+/* The handoff between producers and consumers: a pthread queue, not a
+ * GAsyncQueue, whose futex locks TSan cannot see (their happens-before
+ * would be reported as races on the bodies). */
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	GQueue q;
+} handoff = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+	      G_QUEUE_INIT };
+
+static void handoff_push(struct bufpool_buf *b)
+{
+	pthread_mutex_lock(&handoff.lock);
+	g_queue_push_tail(&handoff.q, b);
+	pthread_cond_signal(&handoff.cond);
+	pthread_mutex_unlock(&handoff.lock);
+}
+
+static struct bufpool_buf *handoff_pop(void)
+{
+	struct bufpool_buf *b;
+
+	pthread_mutex_lock(&handoff.lock);
+	while (!(b = g_queue_pop_head(&handoff.q)))
+		pthread_cond_wait(&handoff.cond, &handoff.lock);
+	pthread_mutex_unlock(&handoff.lock);
+	return b;
+}
 
 /* Allocates, fills and passes bodies on; another thread frees them. */
 static gpointer producer(gpointer data)
@@ -153,7 +184,7 @@ static gpointer producer(gpointer data)
 			memset(tmp, fill, k);
 			bufpool_buf_append(b, tmp, k);
 		}
-		g_async_queue_push(handoff, b);
+		handoff_push(b);
 	}
 	g_rand_free(r);
 	return NULL;
@@ -165,7 +196,7 @@ static gpointer consumer(gpointer data)
 
 	(void)data;
 	for (i = 0; i < ROUNDS; i++) {
-		struct bufpool_buf *b = g_async_queue_pop(handoff);
+		struct bufpool_buf *b = handoff_pop();
 
 		g_assert_cmpuint(b->data[0], ==, b->data[b->len - 1]);
 		if (i & 1)
@@ -183,7 +214,6 @@ static void test_threads(void)
 	struct bufpool_stats st;
 	guint i;
 
-	handoff = g_async_queue_new();
 	for (i = 0; i < THREADS; i++) {
 		t[2 * i] = g_thread_new("producer", producer, pool);
 		t[2 * i + 1] = g_thread_new("consumer", consumer, NULL);
@@ -194,7 +224,6 @@ static void test_threads(void)
 	g_assert_cmpuint(st.busy_bytes, ==, 0);
 	g_assert_cmpuint(st.idle_bytes, <=, 8 << 20);
 	g_assert_cmpuint(st.reuses, >, 0);
-	g_async_queue_unref(handoff);
 	bufpool_unref(pool);
 }
 
