@@ -652,14 +652,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * memory per listed name.  AUTO picks by the index's size at the
 	 * mount; a refresh (SIGHUP) does not change the choice. */
 	if (fs->opts.readdirplus == FS_READDIRPLUS_AUTO) {
+		struct index *idx = fs_current_index(fs);
 		struct index_stats s;
 
-		index_get_stats(fs_current_index(fs), &s);
+		index_get_stats(idx, &s);
+		index_unref(idx);
 		fs->opts.readdirplus = s.entries <= FS_READDIRPLUS_SMALL
 					       ? FS_READDIRPLUS_ALWAYS
 					       : FS_READDIRPLUS_LOOKUPS;
 		log_msg(LOG_LEVEL_INFO,
-			"listings: readdirplus=auto chose %s (the index has "
+			"readdirplus=auto chose %s (the index has "
 			"%" G_GUINT64_FORMAT " entries; always up to %d)",
 			fs->opts.readdirplus == FS_READDIRPLUS_ALWAYS
 				? "always"
