@@ -5,7 +5,11 @@ upload done directly (CreateMultipartUpload, the parts with this many in
 flight, CompleteMultipartUpload; SigV4 with the payload's SHA-256 signed,
 as bucketfs signs), alternating, medians of --reps.  The daemon's peak RSS
 is sampled every 50 ms while dd runs, and its VmHWM read at the end; the
-CPU its threads spent during each dd is printed by thread name.
+CPU its threads spent during each dd is printed by thread name.  At the
+end a verdict line says whether the peak stayed within the daemon's
+memory bound (bound_kib() below) and by how much, from what was measured:
+the idle RSS, the peak, and the FUSE workers and event threads counted in
+/proc/PID/task.
 
 Against Ceph RGW on loopback (its own, or the suite's with BFS_RGW_URL);
 run it inside the machine-wide lock:
@@ -182,6 +186,58 @@ def thread_cpu(pid):
     return out
 
 
+def thread_count(pid):
+    """{name: threads}: libfuse's workers keep the process's name (the
+    main thread's, which is no worker); bucketfs's own threads are
+    named bfs-*."""
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                name = f.read().strip()
+        except OSError:
+            continue
+        out[name] = out.get(name, 0) + 1
+    return out
+
+
+def fuse_workers(pid):
+    """libfuse's worker threads: those named like the main thread, less
+    it.  A writable mount starts up to 64 and never stops one, and idle
+    workers take FUSE requests in turn, so each worker alive takes 1 MiB
+    writes sooner or later."""
+    with open(f"/proc/{pid}/comm") as f:
+        main = f.read().strip()
+    return thread_count(pid).get(main, 1) - 1
+
+
+# libfuse 3.14's request buffer: max_write (1 MiB) + a page of header,
+# malloc'ed by each worker at its first request and kept.
+FUSE_BUF_KIB = 1024 + 4
+# curl keeps a 64 KiB upload buffer (CURLOPT_UPLOAD_BUFFERSIZE's default,
+# which the part's bytes are copied through) and a 128 KiB receive buffer
+# (CURLOPT_BUFFERSIZE, src/http.c) on each easy handle, and src/http.c
+# keeps the handles on their event thread for later transfers: each
+# event thread ends up with up to write_parts handles that carried a
+# part.
+CURL_HANDLE_KIB = 64 + 128
+
+
+def bound_kib(part, parts, files, workers, loops):
+    """The daemon's resident memory over its idle self while @files files
+    are written (KiB), by term: the write_parts parts in flight (each its
+    own populated mapping); each file's buffer (a part and the write that
+    filled it, in pages the stream maps itself); each FUSE worker's
+    request buffer; and curl's buffers of the handles that carried
+    parts.  The mapped pages of the daemon's code and data are resident
+    already once it has mounted."""
+    terms = {"parts": parts * part // 1024,
+             "file buffers": files * (part + MiB) // 1024,
+             "FUSE request buffers": workers * FUSE_BUF_KIB,
+             "curl handles' buffers": loops * parts * CURL_HANDLE_KIB}
+    return sum(terms.values()), terms
+
+
 def dd_through(mount, name, size, pid, cpu=None, where=None):
     """Seconds for dd of @size bytes into the mount (close included) and the
     daemon's peak RSS sampled meanwhile (KiB); @cpu (a dict), if given,
@@ -215,6 +271,30 @@ def dd_through(mount, name, size, pid, cpu=None, where=None):
         for k, v in thread_cpu(pid).items():
             cpu[k] = round(v - before.get(k, 0), 2)
     return secs, peak[0]
+
+
+def verdict(res, part, parts):
+    """Sets res's bound and its verdict line: the peak (the larger of the
+    sampled RSS and VmHWM) against idle + the bound for one file."""
+    if "mount_vmhwm_kib" not in res:
+        res["verdict"] = "memory: no verdict (the daemon was not read)"
+        return
+    peak = max(res["mount_peak_rss_kib"] + [res["mount_vmhwm_kib"]])
+    idle = res["idle_rss_kib"]
+    bound, terms = bound_kib(part, parts, 1, res["fuse_workers"],
+                             res["event_threads"])
+    res["bound_over_idle_kib"] = bound
+    res["bound_terms_kib"] = terms
+    res["peak_over_idle_kib"] = peak - idle
+    margin = idle + bound - peak
+    res["verdict"] = (
+        f"memory: peak {peak} KiB = idle {idle} + {peak - idle} KiB; "
+        f"bound over idle {bound} KiB ("
+        + ", ".join(f"{k} {v}" for k, v in terms.items())
+        + f"; {res['fuse_workers']} FUSE workers, {res['event_threads']} "
+        f"event threads seen): "
+        + (f"WITHIN the bound by {margin} KiB" if margin >= 0 else
+           f"OVER the bound by {-margin} KiB"))
 
 
 def main():
@@ -266,20 +346,28 @@ def main():
             res["mount_s"].append(secs)
             res.setdefault("mount_thread_cpu_s", []).append(cpu)
             res["mount_peak_rss_kib"].append(peak)
+            res.setdefault("fuse_workers_after_rep", []).append(
+                fuse_workers(m.proc.pid))
             for k in (f"direct-{rep}", f"mount-{rep}"):
                 sig.delete(rgw.bucket, k)
             print(f"rep {rep + 1}: direct {size / MiB / res['direct_s'][-1]:.0f}"
                   f" MiB/s, mount {size / MiB / secs:.0f} MiB/s, peak RSS "
-                  f"{peak / 1024:.0f} MiB (by mapping, KiB: {where}); "
+                  f"{peak / 1024:.0f} MiB (by mapping, KiB: {where}; "
+                  f"{res['fuse_workers_after_rep'][-1]} FUSE workers); "
                   f"daemon CPU s by thread "
                   f"{dict(sorted(cpu.items(), key=lambda kv: -kv[1]))}",
                   flush=True)
         res["mount_vmhwm_kib"] = rss_kib(m.proc.pid, "VmHWM")
+        # Workers are never stopped: those alive now are all that took
+        # any request during the reps.
+        res["fuse_workers"] = fuse_workers(m.proc.pid)
+        res["event_threads"] = thread_count(m.proc.pid).get("bfs-http", 0)
     finally:
         sig.close()
         m.unmount()
         rgw.stop()
     res["reps_done"] = len(res["mount_s"])
+    verdict(res, part, a.parts)
     md, mm = statistics.median(res["direct_s"]), statistics.median(res["mount_s"])
     res["direct_mib_s"] = size / MiB / md
     res["mount_mib_s"] = size / MiB / mm
@@ -288,11 +376,8 @@ def main():
           f"mount {res['mount_mib_s']:.0f} MiB/s, ratio {res['ratio']:.2f}; "
           f"daemon peak RSS {max(res['mount_peak_rss_kib']) / 1024:.0f} MiB "
           f"(VmHWM {res['mount_vmhwm_kib'] / 1024:.0f} MiB); idle "
-          f"{res['idle_rss_kib'] / 1024:.0f} MiB; bound over the idle "
-          f"daemon (write_parts + 1) x part_size + 1 MiB (a write) + "
-          f"1 MiB per FUSE worker that took a write = "
-          f"{(a.parts + 1) * part / MiB + 1:.0f} MiB + workers")
-    res["bound_over_idle_kib"] = ((a.parts + 1) * part + MiB) // 1024
+          f"{res['idle_rss_kib'] / 1024:.0f} MiB")
+    print(res["verdict"])
     if a.json:
         with open(a.json, "w") as f:
             json.dump(res, f, indent=1)
