@@ -96,51 +96,38 @@ void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size)
 	n->version++;
 }
 
-/* A part's pages, unmapped when its upload lets go of it. */
+/* A part's buffer (upload.h), given back when its upload lets go of it. */
 struct part_map {
+	struct uploader *up;
 	void *p;
-	gsize len;
 };
 
-static void part_unmap(void *data)
+static void part_give(void *data)
 {
 	struct part_map *m = data;
 
-	munmap(m->p, m->len);
+	uploader_part_buf_give(m->up, m->p);
 	g_free(m);
 }
 
-/*
- * The first @ps bytes of the buffer, copied into a part of their own;
- * the rest moves to the front.  The part is mapped, not malloc'ed, so
- * its pages go back to the system when it is uploaded: freed on a done
- * thread, a heap chunk would stay cached in the writer's malloc arena,
- * and the daemon's RSS would grow past the write_parts bound.  It is
- * populated at once (the copy fills every page anyway): one call, not a
- * page fault per 4 KiB, which cost the writer's thread more system time
- * than the copy.  Under ov->lock.
- */
-static GBytes *cut_part(struct onode *n, guint64 ps, GError **error)
+/* The first @ps bytes of the buffer, copied into a part buffer of the
+ * uploader's; the rest moves to the front.  Under ov->lock. */
+static GBytes *cut_part(struct overlay *ov, struct onode *n, guint64 ps,
+			GError **error)
 {
 	struct part_map *m = g_new0(struct part_map, 1);
-	int e;
 
-	m->len = ps;
-	m->p = mmap(NULL, ps, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (m->p == MAP_FAILED) {
-		e = errno;
+	g_assert(ps == uploader_part_size(ov->up));
+	m->up = ov->up;
+	m->p = uploader_part_buf_take(ov->up, error);
+	if (!m->p) {
 		g_free(m);
-		g_set_error(error, BFS_ERROR, ENOMEM,
-			    "cannot map a part of %" G_GUINT64_FORMAT
-			    " bytes: %s",
-			    ps, g_strerror(e));
 		return NULL;
 	}
 	memcpy(m->p, n->data->data, ps);
 	ov_buf_drop_front(n->data, ps);
 	n->base += ps;
-	return g_bytes_new_with_free_func(m->p, ps, part_unmap, m);
+	return g_bytes_new_with_free_func(m->p, ps, part_give, m);
 }
 
 /* Why a write of a streamed file cannot be taken, or NULL.  Under
@@ -188,7 +175,7 @@ static GBytes *cut_booked(void *data, GError **error)
 	g_mutex_lock(&c->ov->lock);
 	/* The writer holds n->wlock: nothing else shrank the buffer. */
 	g_assert(c->n->data->len >= c->ps);
-	part = cut_part(c->n, c->ps, error);
+	part = cut_part(c->ov, c->n, c->ps, error);
 	g_mutex_unlock(&c->ov->lock);
 	return part;
 }
