@@ -315,7 +315,8 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out);
  * thread's pickup, earlier attempts and their backoff), that attempt's
  * first byte (connect if any, the request, the server's answer: its
  * status line), the body, and the hand-off to a done thread before done()
- * ran.  Milliseconds; 0 with no sample yet.  Plain data.
+ * ran (about 0 for a quick done(), which runs on the event thread).
+ * Milliseconds; 0 with no sample yet.  Plain data.
  */
 enum http_stage {
 	HTTP_STAGE_WAIT,
