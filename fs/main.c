@@ -590,10 +590,15 @@ static void raise_kernel_readahead(struct mount *m, const char *real)
  * network: open and read are answered later, from the event and
  * completion threads, lookup, getattr and readdir from the index in
  * memory.  A worker there is busy only while it runs or waits for a
- * lock, so workers beyond a few per CPU only queue for the CPUs:
- * 2 per online CPU, at least 8, at most 64, a bound the first seconds
- * of a busy mount reach.  A writable mount keeps 64: its close, fsync
- * and unlink wait for their upload or DELETE in the worker.
+ * lock, so one per online CPU can keep every CPU busy (at least 2, at
+ * most 64), a bound the first seconds of a busy mount reach.  More only
+ * cost wake-ups: each request that finds a worker asleep in read() wakes
+ * it, and one that finds them all busy is taken by the next free one
+ * without a sleep.  Measured on the small files (2 CPUs, 32 readers),
+ * 8 workers cost the daemon 5.6-6.1 context switches per file, 2 cost
+ * 4.5 (docs/PERFORMANCE.md, "Issue 25, session 12").  A writable mount
+ * keeps 64: its close, fsync and unlink wait for their upload or DELETE
+ * in the worker.
  */
 static unsigned int fuse_workers(const struct mount *m)
 {
@@ -601,7 +606,7 @@ static unsigned int fuse_workers(const struct mount *m)
 
 	if (m->fs.writable)
 		return 64;
-	return (unsigned int)CLAMP(cpus * 2, 8, 64);
+	return (unsigned int)CLAMP(cpus, 2, 64);
 }
 
 /* Mounts and runs the session until unmounted; returns the exit status. */

@@ -246,6 +246,7 @@ struct http_request {
 	GDestroyNotify data_free;
 	gboolean idempotent;
 	gboolean hedge;
+	gboolean quick_done; /* on success, done() on the event thread */
 	gsize body_limit;
 	gsize body_reserve;
 	GBytes *upload;
@@ -681,6 +682,11 @@ void http_request_set_hedge(struct http_request *req, gboolean hedge)
 	req->hedge = hedge;
 }
 
+void http_request_set_quick_done(struct http_request *req, gboolean quick)
+{
+	req->quick_done = quick;
+}
+
 void http_request_set_max_attempts(struct http_request *req, guint n)
 {
 	g_return_if_fail(n >= 1);
@@ -1103,8 +1109,8 @@ static void stage_sample(struct completion *c)
 	pthread_mutex_unlock(&http->lock);
 }
 
-/* Calls done() once, then frees what the completion holds. */
-static void complete(struct completion *c)
+/* Calls done() once, then frees what the completion holds but itself. */
+static void complete_fields(struct completion *c)
 {
 	struct http_request *req = c->req;
 
@@ -1118,6 +1124,12 @@ static void complete(struct completion *c)
 	attempt_free(c->a);
 	request_free(req);
 	g_clear_error(&c->error);
+}
+
+/* Calls done() once, then frees the completion and what it holds. */
+static void complete(struct completion *c)
+{
+	complete_fields(c);
 	g_free(c);
 }
 
@@ -1145,18 +1157,32 @@ static void *done_thread(void *data)
 
 /*
  * Hands @req to a done thread, with @a (whose response @resp is) and a
- * copy of @error: done() will be called once, and both freed.
+ * copy of @error: done() will be called once, and both freed.  A request
+ * that succeeded and asked for a quick done() has it called here, on its
+ * event thread: no hand-off, no wake-up of a done thread.
  */
 static void finish(struct http *http, struct http_request *req,
 		   struct attempt *a, struct http_response *resp,
 		   const GError *error)
 {
-	struct completion *c = g_new0(struct completion, 1);
+	struct completion *c;
 
 	if (req->loop)
 		g_hash_table_remove(req->loop->live, req);
 	attempt_drop_transfer(a);
 	attempt_drop_transfer(req->failed);
+	if (req->quick_done && !error) {
+		struct completion here = { .req = req, .a = a };
+
+		if (resp) {
+			here.resp = *resp;
+			here.has_resp = TRUE;
+		}
+		here.finished_us = g_get_monotonic_time();
+		complete_fields(&here);
+		return;
+	}
+	c = g_new0(struct completion, 1);
 	c->req = req;
 	c->a = a;
 	if (resp) {

@@ -269,8 +269,10 @@ typedef enum http_verdict (*http_judge_fn)(const struct http_response *resp,
 
 /*
  * Called exactly once per request, on one of the engine's done threads
- * (callbacks of different requests may run at the same time),
- * or on the submitting thread for a request refused after shutdown.  On
+ * (callbacks of different requests may run at the same time), on the
+ * request's event thread for a quick done() that succeeded
+ * (http_request_set_quick_done()), or on the submitting thread for a
+ * request refused after shutdown.  On
  * success
  * @error is NULL and @resp the judged response; on failure @error holds
  * the whole cause chain (owned by the engine, copy it to keep it) and
@@ -313,7 +315,8 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out);
  * thread's pickup, earlier attempts and their backoff), that attempt's
  * first byte (connect if any, the request, the server's answer: its
  * status line), the body, and the hand-off to a done thread before done()
- * ran.  Milliseconds; 0 with no sample yet.  Plain data.
+ * ran (about 0 for a quick done(), which runs on the event thread).
+ * Milliseconds; 0 with no sample yet.  Plain data.
  */
 enum http_stage {
 	HTTP_STAGE_WAIT,
@@ -382,6 +385,17 @@ void http_request_set_upload(struct http_request *req, GBytes *body);
  * before http_submit().
  */
 void http_request_set_hedge(struct http_request *req, gboolean hedge);
+
+/*
+ * Says that @req's done() is short and never blocks nor waits for
+ * anything but brief locks: on success it then runs on the request's
+ * event thread as soon as the response is judged, not on a done thread.
+ * That saves a hand-off and a thread's wake-up per request (on the small
+ * files, one of the ~7 context switches a file costs the daemon); the
+ * price is that the thread's other transfers wait while it runs.  A
+ * failure still goes to a done thread.  Any thread, before http_submit().
+ */
+void http_request_set_quick_done(struct http_request *req, gboolean quick);
 
 /* Caps this request's attempts below the engine's max_attempts (>= 1). */
 void http_request_set_max_attempts(struct http_request *req, guint n);

@@ -240,6 +240,7 @@ static void start_object(struct readahead *ra, struct object *obj,
 		.if_match = obj->etag,
 		.endpoint = -1,
 		.hedge = hedge,
+		.quick_done = TRUE,
 	};
 
 	ra->st.objects_fetched++;
@@ -558,7 +559,11 @@ static struct part *get_part(struct ra_file *f, guint64 index)
 {
 	struct readahead *ra = f->ra;
 	struct part *p = g_hash_table_lookup(f->parts, &index);
-	struct s3_get_args a = { .if_match = f->etag, .endpoint = -1 };
+	struct s3_get_args a = {
+		.if_match = f->etag,
+		.endpoint = -1,
+		.quick_done = TRUE,
+	};
 	struct part_call *pc;
 
 	if (p)
@@ -646,6 +651,7 @@ static void read_direct(struct ra_file *f, guint64 off, gsize size,
 		.length = MIN(size, f->size - off),
 		.if_match = f->etag,
 		.endpoint = -1,
+		.quick_done = TRUE,
 	};
 
 	dc->f = f;

@@ -27,8 +27,10 @@
  * the buffers held reach memory_max, and resumes as they are released;
  * demand reads always proceed, so nothing deadlocks on the budget.
  *
- * Completions run on the HTTP engine's done threads, two at a time:
- * callbacks must not block.
+ * Completions of GETs that succeeded run on the HTTP event thread that
+ * fetched them (http_request_set_quick_done(): one thread hand-off fewer
+ * per file), failures on the engine's done threads: callbacks must not
+ * block, and should be short, since that thread's other transfers wait.
  *
  * Lock order: readahead->lock, then a file's lock is never taken under it
  * (files are only touched by their own handle's calls and completions,

@@ -91,12 +91,16 @@ struct s3_get_args {
 	int endpoint;	      /* index to pin every attempt to, or -1 */
 	gboolean hedge;	      /* may be duplicated on another endpoint when
 			       * slow (small objects only, see http.h) */
+	gboolean quick_done;  /* done() is short and never blocks: on
+			       * success it runs on the HTTP event thread
+			       * (http_request_set_quick_done()) */
 };
 
 /*
- * Called once when a GET ends, on an HTTP done thread (see http.h); it
- * must not block.  On success @data holds exactly the bytes asked for (fewer
- * only at the end of the object) and @error is NULL; on failure @data is NULL.
+ * Called once when a GET ends, on an HTTP done thread (see http.h), or on
+ * its event thread for a quick_done GET that succeeded; it must not block.  On
+ * success @data holds exactly the bytes asked for (fewer only at the end of the
+ * object) and @error is NULL; on failure @data is NULL.
  * @data and @meta are borrowed for the call; take a ref to keep @data.
  */
 typedef void (*s3_get_done_fn)(GBytes *data, const struct s3_object_meta *meta,
