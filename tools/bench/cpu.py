@@ -58,6 +58,15 @@ def thread_ticks(pid, counts=None):
     return out
 
 
+def thread_counts(pid):
+    """{name: threads} of @pid now: libfuse's workers keep the process's
+    name (so does the main thread, which is no worker); bucketfs's own
+    threads are named bfs-*."""
+    counts = {}
+    thread_ticks(pid, counts)
+    return counts
+
+
 def switches(pid):
     """Context switches (voluntary + not) of @pid's threads so far: one per
     wake-up and more, so their count per file says how often the daemon's

@@ -53,6 +53,7 @@ import s3server  # noqa: E402
 
 sys.path.insert(0, HERE)
 from rig import RETINA_SIZE, log  # noqa: E402
+import cpu  # noqa: E402
 import report  # noqa: E402
 
 BUCKET = "soak"
@@ -157,14 +158,7 @@ def sample(pid):
         st = dict(line.split(":", 1) for line in f if ":" in line)
     with open("/proc/loadavg") as f:
         load = float(f.read().split()[0])
-    names = {}
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                n = f.read().strip()
-        except OSError:
-            continue
-        names[n] = names.get(n, 0) + 1
+    names = cpu.thread_counts(pid)
     arena_rss, arena_size = arenas(pid)
     return {"rss_mib": int(st["VmRSS"].split()[0]) / 1024,
             "arena_rss_mib": arena_rss / 1024,

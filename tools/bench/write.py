@@ -43,6 +43,9 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
                                 "tests", "integration"))
 import harness  # noqa: E402
 
+sys.path.insert(0, HERE)
+import cpu  # noqa: E402
+
 MiB = 1 << 20
 
 
@@ -186,21 +189,6 @@ def thread_cpu(pid):
     return out
 
 
-def thread_count(pid):
-    """{name: threads}: libfuse's workers keep the process's name (the
-    main thread's, which is no worker); bucketfs's own threads are
-    named bfs-*."""
-    out = {}
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        out[name] = out.get(name, 0) + 1
-    return out
-
-
 def fuse_workers(pid):
     """libfuse's worker threads: those named like the main thread, less
     it.  A writable mount starts up to 64 and never stops one, and idle
@@ -208,7 +196,7 @@ def fuse_workers(pid):
     writes sooner or later."""
     with open(f"/proc/{pid}/comm") as f:
         main = f.read().strip()
-    return thread_count(pid).get(main, 1) - 1
+    return cpu.thread_counts(pid).get(main, 1) - 1
 
 
 # libfuse 3.14's request buffer: max_write (1 MiB) + a page of header,
@@ -361,7 +349,7 @@ def main():
         # Workers are never stopped: those alive now are all that took
         # any request during the reps.
         res["fuse_workers"] = fuse_workers(m.proc.pid)
-        res["event_threads"] = thread_count(m.proc.pid).get("bfs-http", 0)
+        res["event_threads"] = cpu.thread_counts(m.proc.pid).get("bfs-http", 0)
     finally:
         sig.close()
         m.unmount()
