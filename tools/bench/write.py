@@ -44,7 +44,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)),
 import harness  # noqa: E402
 
 sys.path.insert(0, HERE)
-import cpu  # noqa: E402
+import cpu as bench_cpu  # noqa: E402
 
 MiB = 1 << 20
 
@@ -196,7 +196,7 @@ def fuse_workers(pid):
     writes sooner or later."""
     with open(f"/proc/{pid}/comm") as f:
         main = f.read().strip()
-    return cpu.thread_counts(pid).get(main, 1) - 1
+    return bench_cpu.thread_counts(pid).get(main, 1) - 1
 
 
 # libfuse 3.14's request buffer: max_write (1 MiB) + a page of header,
@@ -349,7 +349,7 @@ def main():
         # Workers are never stopped: those alive now are all that took
         # any request during the reps.
         res["fuse_workers"] = fuse_workers(m.proc.pid)
-        res["event_threads"] = cpu.thread_counts(m.proc.pid).get("bfs-http", 0)
+        res["event_threads"] = bench_cpu.thread_counts(m.proc.pid).get("bfs-http", 0)
     finally:
         sig.close()
         m.unmount()
