@@ -279,7 +279,9 @@ struct http_request {
  * (copy it into a FUSE reply, hash it, parse it) then overlaps the
  * transfers still running instead of delaying every one of them.  The
  * loop is done with the request before it is queued; the queue's lock
- * hands it over.
+ * hands it over.  A quick done() that succeeded (finish()) is the
+ * exception: its completion lives on the event thread's stack, and the
+ * thread's other transfers wait while it runs.
  */
 struct completion {
 	struct http_request *req;

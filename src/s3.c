@@ -52,7 +52,8 @@ enum call_kind {
 /*
  * One S3 call.  Built by the caller's thread, then owned by the HTTP
  * request (freed through its data_free): used on the event thread, then
- * by done() on a done thread.
+ * by done() on a done thread (on the event thread for a quick_done GET
+ * that succeeded).
  */
 struct call {
 	struct s3 *s3;
