@@ -128,11 +128,26 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
 	return b;
 }
 
+/* A record holding pool pages for at least @bytes: an idle body of
+ * their class, or a new mapping (counted busy either way).  Its len,
+ * next and pool are the caller's to set. */
+static struct bufpool_buf *take_or_map(struct bufpool *pool, gsize bytes)
+{
+	gsize size;
+	guint cls = class_for(pool, bytes, &size);
+	struct bufpool_buf *b = take_idle(pool, cls, size);
+
+	if (!b) {
+		b = g_new0(struct bufpool_buf, 1);
+		b->data = map_or_die(size);
+		b->cap = size;
+	}
+	return b;
+}
+
 struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 {
 	struct bufpool_buf *b = NULL;
-	gsize size;
-	guint cls;
 
 	if (reserve && reserve < BUFPOOL_HEAP_MAX) {
 		b = g_new0(struct bufpool_buf, 1);
@@ -140,13 +155,7 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 		b->cap = reserve;
 		b->heap = TRUE;
 	} else if (reserve) {
-		cls = class_for(pool, reserve, &size);
-		b = take_idle(pool, cls, size);
-		if (!b) {
-			b = g_new0(struct bufpool_buf, 1);
-			b->data = map_or_die(size);
-			b->cap = size;
-		}
+		b = take_or_map(pool, reserve);
 	} else {
 		b = g_new0(struct bufpool_buf, 1);
 	}
@@ -156,15 +165,17 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 	return b;
 }
 
-static gboolean give_back(struct bufpool *pool, struct bufpool_buf *b);
-
-/* Makes room for @need bytes in all. */
+/*
+ * Makes room for @need bytes in all.  Past BUFPOOL_HEAP_MAX, into a
+ * bigger body of the pool, with one copy of what is held; the old memory
+ * is freed as a body of its own.  Not mremap(): TSan does not follow the
+ * pages it moves, and a GET's reserve is its Content-Length, so growth is
+ * rare (error documents, unknown lengths).
+ */
 static void grow(struct bufpool_buf *b, gsize need)
 {
-	struct bufpool *pool = b->pool;
-	struct bufpool_buf *d;
-	gsize size, want = MAX(need, b->cap * 2);
-	guint cls;
+	gsize want = MAX(need, b->cap * 2);
+	struct bufpool_buf *d, old;
 
 	if ((b->heap || !b->cap) && want < BUFPOOL_HEAP_MAX) {
 		b->data = g_realloc(b->data, want);
@@ -172,37 +183,20 @@ static void grow(struct bufpool_buf *b, gsize need)
 		b->heap = TRUE;
 		return;
 	}
-	if (b->cap) {
-		/* Into a bigger body of the pool, one copy of what is held; the
-		 * old memory goes back.  Not mremap(): TSan does not follow the
-		 * pages it moves, and a GET's reserve is its Content-Length, so
-		 * growth is rare (error documents, unknown lengths). */
-		struct bufpool_buf *old = g_new0(struct bufpool_buf, 1);
-
-		old->data = b->data;
-		old->len = b->len;
-		old->cap = b->cap;
-		old->heap = b->heap;
-		b->data = NULL;
-		b->cap = 0;
-		b->heap = FALSE;
-		grow(b, want);
-		memcpy(b->data, old->data, old->len);
-		if (old->heap)
-			g_free(old->data);
-		if (old->heap || !give_back(pool, old))
-			g_free(old);
-		return;
-	}
-	cls = class_for(pool, want, &size);
-	d = take_idle(pool, cls, size);
-	if (d) {
-		b->data = d->data;
-		g_free(d);
-	} else {
-		b->data = map_or_die(size);
-	}
-	b->cap = size;
+	d = take_or_map(b->pool, want);
+	if (b->len)
+		memcpy(d->data, b->data, b->len);
+	/* @b takes the new pages (the pool's: not heap); @d, given the old
+	 * memory, is freed as a body of its own. */
+	old = *b;
+	b->data = d->data;
+	b->cap = d->cap;
+	b->heap = FALSE;
+	d->data = old.data;
+	d->cap = old.cap;
+	d->heap = old.heap;
+	d->pool = bufpool_ref(b->pool);
+	bufpool_buf_free(d);
 }
 
 void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
