@@ -96,38 +96,20 @@ void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size)
 	n->version++;
 }
 
-/* A part's buffer (upload.h), given back when its upload lets go of it. */
-struct part_map {
-	struct uploader *up;
-	void *p;
-};
-
-static void part_give(void *data)
-{
-	struct part_map *m = data;
-
-	uploader_part_buf_give(m->up, m->p);
-	g_free(m);
-}
-
-/* The first @ps bytes of the buffer, copied into a part buffer of the
- * uploader's; the rest moves to the front.  Under ov->lock. */
+/* The first @ps bytes of the buffer, copied into a part of the
+ * uploader's (upload.h); the rest moves to the front.  Under ov->lock. */
 static GBytes *cut_part(struct overlay *ov, struct onode *n, guint64 ps,
 			GError **error)
 {
-	struct part_map *m = g_new0(struct part_map, 1);
+	GBytes *part;
 
 	g_assert(ps == uploader_part_size(ov->up));
-	m->up = ov->up;
-	m->p = uploader_part_buf_take(ov->up, error);
-	if (!m->p) {
-		g_free(m);
+	part = uploader_part_copy(ov->up, n->data->data, error);
+	if (!part)
 		return NULL;
-	}
-	memcpy(m->p, n->data->data, ps);
 	ov_buf_drop_front(n->data, ps);
 	n->base += ps;
-	return g_bytes_new_with_free_func(m->p, ps, part_give, m);
+	return part;
 }
 
 /* Why a write of a streamed file cannot be taken, or NULL.  Under

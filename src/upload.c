@@ -254,7 +254,7 @@ static void unmap_spares(struct uploader *up, GPtrArray *spares)
  * so the mapped ones never exceed parts_max; the last upload's end
  * unmaps them.
  */
-void *uploader_part_buf_take(struct uploader *up, GError **error)
+static void *part_buf_take(struct uploader *up, GError **error)
 {
 	void *p = NULL;
 	int e;
@@ -277,7 +277,7 @@ void *uploader_part_buf_take(struct uploader *up, GError **error)
 	return NULL;
 }
 
-void uploader_part_buf_give(struct uploader *up, void *buf)
+static void part_buf_give(struct uploader *up, void *buf)
 {
 	g_mutex_lock(&up->lock);
 	if (up->uploads && up->spare_bufs->len < up->parts_max) {
@@ -287,6 +287,35 @@ void uploader_part_buf_give(struct uploader *up, void *buf)
 	g_mutex_unlock(&up->lock);
 	if (buf)
 		munmap(buf, up->part_size);
+}
+
+/* A part's buffer, given back when its GBytes is freed. */
+struct part_buf {
+	struct uploader *up;
+	void *p;
+};
+
+static void part_buf_free(void *data)
+{
+	struct part_buf *pb = data;
+
+	part_buf_give(pb->up, pb->p);
+	g_free(pb);
+}
+
+GBytes *uploader_part_copy(struct uploader *up, const void *src, GError **error)
+{
+	struct part_buf *pb = g_new0(struct part_buf, 1);
+
+	pb->up = up;
+	pb->p = part_buf_take(up, error);
+	if (!pb->p) {
+		g_free(pb);
+		return NULL;
+	}
+	memcpy(pb->p, src, up->part_size);
+	return g_bytes_new_with_free_func(pb->p, up->part_size, part_buf_free,
+					  pb);
 }
 
 void uploader_free(struct uploader *up)

@@ -64,15 +64,15 @@ gboolean uploader_wait_aborts(struct uploader *up, gint64 timeout_us);
 guint64 uploader_part_size(const struct uploader *up);
 
 /*
- * A part_size buffer for the next part, from the parts that went up
- * before it while some upload is under way, else newly mapped; give it
- * back with uploader_part_buf_give() once the part lets go of it (its
- * GBytes' free function).  Take one only with a slot booked (in
- * upload_part_cut()'s @cut): then no more than parts_max are mapped.
- * Any thread; NULL with ENOMEM if it cannot be mapped.
+ * The next part: part_size bytes of @src copied into a buffer of the
+ * parts that went up before it while some upload is under way, else a
+ * newly mapped one, which goes back when the GBytes is freed.  Call it
+ * only with a slot booked (in upload_part_cut()'s @cut): then no more
+ * than parts_max are mapped.  Any thread; NULL with ENOMEM if it cannot
+ * be mapped.
  */
-void *uploader_part_buf_take(struct uploader *up, GError **error);
-void uploader_part_buf_give(struct uploader *up, void *buf);
+GBytes *uploader_part_copy(struct uploader *up, const void *src,
+			   GError **error);
 
 /* CreateMultipartUpload of @key (copied).  NULL with the cause chain. */
 struct upload *upload_start(struct uploader *up, const char *key,
