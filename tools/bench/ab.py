@@ -4,6 +4,7 @@
   tools/bench/ab.py A_BUILD_DIR B_BUILD_DIR [--runs N] [--files N]
                     [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
                     [--latency MS] [--b-opts k=v,...] [--list]
+                    [--vm-memory backed|as-is] [--style whole|dlio]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -20,7 +21,9 @@ endpoints on CPU 0, the daemon on CPU 1).  --latency MS serves every path
 after MS ms, as run.py's latency rig does.  Each pass also gives the CPU per
 file of every process of its path.  --b-opts adds -o options to build B's
 mounts only, so that one build can be A/B'ed against itself with an option
-(give the same directory twice).  --list lists the dataset's directories
+(give the same directory twice).  --vm-memory: as run.py's (the
+memory model; backed by default, rig.back_memory()).  --style picks the mounts' read style
+(the references read whole objects).  --list lists the dataset's directories
 (os.listdir) after the mount and before the pass, as DLIO's readers do when
 they start.  Measures only: no report is written.
 
@@ -58,7 +61,8 @@ def mount_pass(r, ds, build, a, seed, opts):
             announce(m.mnt, order)
         probe = cpu.CpuProbe(m.proc.pid, others=r.endpoints.pids())
         res = readers.read_all([m.path(k) for k in ds.files], a.procs, seed=seed,
-                               expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout)
+                               expect=lambda _: rig.RETINA_SIZE, timeout=a.timeout,
+                               style=a.style)
         cost = probe.stop(files=res["files"], nbytes=res["bytes"], wall_s=res["wall_s"])
         res["cpu"] = {k: v["core_pct"] for k, v in cost.get("threads", {}).items()}
         res["cpu_ms_per_file"] = cost.get("cpu_ms_per_file")
@@ -91,6 +95,10 @@ def main():
     ap.add_argument("--procs", type=int, default=32, help="reader processes (default 32)")
     ap.add_argument("--opts", default="", help="extra -o options for both mounts")
     ap.add_argument("--b-opts", default="", help="extra -o options for B's mounts only")
+    ap.add_argument("--style", default="whole", choices=("whole", "dlio"),
+                    help="the mounts' read style: whole (one read(), the default) or "
+                    "dlio (DLIO's calls: fstat, isatty, 2 lseeks, 4 KiB, 60 KiB, then "
+                    "64 KiB reads)")
     ap.add_argument("--list", action="store_true",
                     help="list the dataset's directories before each pass, as DLIO does")
     ap.add_argument("--direct", action="store_true",
@@ -101,6 +109,9 @@ def main():
                     help="readers and endpoints on CPU 0, the daemon on CPU 1")
     ap.add_argument("--latency", type=int, default=0,
                     help="first-byte delay of every endpoint, ms (default 0)")
+    ap.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
+                    help="backed (default): free page reporting paused and free memory "
+                    "written once (rig.back_memory()); as-is: the VM as it is")
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
@@ -118,6 +129,7 @@ def main():
     r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else ())
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
+        log("memory: %s" % rig.back_memory(a.vm_memory)["note"])
         if a.pin:
             rig.pin(r.endpoints, True)
         for i in range(a.runs):

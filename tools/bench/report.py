@@ -176,6 +176,12 @@ def render(res, out, charts=True):
       % (m.get("cpu"), m.get("nproc"), m.get("mem_bytes", 0) / 2**30, m.get("kernel"),
          m.get("os"), " ".join(m.get("loadavg_start", [])),
          pct(m.get("cpu_busy_start"), 1) if m.get("cpu_busy_start") is not None else "?"))
+    vm = res.get("vm_memory")
+    if vm:
+        w("- **Memory:** %s (`--vm-memory %s`)%s" % (
+            vm.get("note"), vm.get("mode"),
+            "; %.1f GiB written once in %.0f s before the measurements" % (
+                vm["touched_bytes"] / 2**30, vm["touch_s"]) if vm.get("touched_bytes") else ""))
     w("- **bucketfs build:** commit %s, binary built %s" % (m.get("commit"),
                                                           m.get("binary_built")))
     if len(res.get("parts", [])) > 1:

@@ -649,6 +649,80 @@ def pin(endpoints, on):
 
 
 # --------------------------------------------------------------------------
+# A host's memory, modelled: a VM's free page reporting paused
+
+PAGE_REPORTING = "/sys/module/page_reporting/parameters"
+# Larger than the largest block the buddy allocator keeps (order 10 on
+# x86-64), so that no free block is ever large enough to be reported.
+NO_REPORTING_ORDER = "11"
+# What the model leaves untouched: the page cache of the datasets and the
+# daemons' memory need room too.
+MEMORY_MARGIN = 4 << 30
+VM_MEMORY_LABEL = ("memory backed: this VM's free page reporting paused and free memory "
+                   "touched once, a model of a host's memory")
+
+
+def _meminfo(field):
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) << 10
+    return 0
+
+
+def back_memory(mode):
+    """The memory model of a run, "backed" or "as-is"; what was done, for
+    the report.
+
+    A VM with free page reporting (virtio-balloon's page_reporting) hands
+    the free memory it has not touched for a while back to its host; the
+    first write to such a page then costs a fault in the host: 1.6-2.6 s
+    per GB here, against 0.4 s for memory freed moments ago
+    (docs/PERFORMANCE.md, "Issue 25, session 13").  Every page a FUSE
+    daemon stores into the page cache is such a first write, and the
+    direct path, whose readers reuse their buffers, pays almost none of it.
+    "backed" models a host whose memory stays backed, as bare metal's
+    does: reporting is paused for the run (page_reporting_order beyond the
+    largest free block; restored by the Cleanup stack) and the free memory
+    but MEMORY_MARGIN is written once, so that it is backed again.  "as-is"
+    measures the VM as it is."""
+    if mode != "backed":
+        return {"mode": "as-is", "note": "free page reporting left as it is"}
+    knob = os.path.join(PAGE_REPORTING, "page_reporting_order")
+    if not os.path.exists(knob):
+        return {"mode": "as-is", "note": "no free page reporting on this machine "
+                "(%s missing): memory stays backed anyway" % PAGE_REPORTING}
+    with open(knob) as f:
+        saved = f.read().strip()
+    try:
+        with open(knob, "w") as f:
+            f.write(NO_REPORTING_ORDER)
+    except OSError as exc:
+        log("memory: cannot pause free page reporting (%s): measuring the VM as it is" % exc)
+        return {"mode": "as-is", "note": "pausing free page reporting failed: %s" % exc}
+
+    def restore():
+        with open(knob, "w") as f:
+            f.write(saved)
+    CLEANUP.push("restore page_reporting_order=%s" % saved, restore)
+    import mmap
+    n = max(0, _meminfo("MemAvailable") - MEMORY_MARGIN) & ~((1 << 20) - 1)
+    t = time.monotonic()
+    chunk = b"\1" * (1 << 20)
+    step = max(1 << 30, n // 20)
+    for lo in range(0, n, step):
+        size = min(step, n - lo)
+        with mmap.mmap(-1, size) as m:
+            for off in range(0, size, 1 << 20):
+                m[off:off + (1 << 20)] = chunk
+    dt = time.monotonic() - t
+    log("memory: free page reporting paused (page_reporting_order %s -> %s), %.1f GiB "
+        "written once in %.1f s" % (saved, NO_REPORTING_ORDER, n / 2**30, dt))
+    return {"mode": "backed", "reporting_order_was": saved, "touched_bytes": n,
+            "touch_s": dt, "note": VM_MEMORY_LABEL}
+
+
+# --------------------------------------------------------------------------
 # Mounts
 
 

@@ -987,6 +987,11 @@ def parse_args(argv):
                    "CPU 1: a model of a host with a spare core), or both, unpinned first")
     g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
                    help="extra -o options for bucketfs in latency, large, fio and npz")
+    g.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
+                   help="backed (the default): where this VM hands free memory back to "
+                   "its host (free page reporting), pause that for the run and write the "
+                   "free memory once, a model of a host's memory; as-is: measure the VM "
+                   "as it is")
     g.add_argument("--npz-files", type=int, help="UNet3D-shaped .npz files of ~147 MB "
                    "(default 8; --quick 2)")
     g.add_argument("--npz-procs", type=int, default=4, help="np.load readers (default 4)")
@@ -1127,6 +1132,8 @@ def main(argv=None):
         rig.snapshot_binaries()
         bench.res["machine"] = machine_info()
         bench.prepare()
+        if not a.remote:
+            bench.res["vm_memory"] = rig.back_memory(a.vm_memory)
         bench.run(a.selected)
     except KeyboardInterrupt:
         log("interrupted: unmounting and stopping everything")
@@ -1149,7 +1156,8 @@ def main(argv=None):
                                                 "tree_fanout", "fio_seconds", "failover_seconds",
                                                 "concurrency", "latency", "order", "style",
                                                 "large_latency", "part_mib", "opts",
-                                                "npz_files", "npz_procs", "fio_jobs", "pin")}
+                                                "npz_files", "npz_procs", "fio_jobs", "pin",
+                                                "vm_memory")}
     if a.remote:
         res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:
