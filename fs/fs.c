@@ -274,8 +274,9 @@ static const char *passthrough_off(const struct fs *fs)
 {
 	if (!fs->opts.passthrough_on)
 		return "off unless -o passthrough=auto";
-	if (fs->opts.direct_io != FS_DIRECT_IO_NONE)
-		return "-o direct_io= is not none";
+	if (fs->opts.direct_io == FS_DIRECT_IO_SMALL ||
+	    fs->opts.direct_io == FS_DIRECT_IO_ALL)
+		return "-o direct_io= is small or all";
 	if (!has_sys_admin())
 		return "no CAP_SYS_ADMIN, which backing files need";
 	return NULL;

@@ -29,10 +29,14 @@
 struct fs;
 
 /* Which open files bypass the kernel's page cache (FOPEN_DIRECT_IO);
- * mmap(MAP_SHARED) of them needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h). */
+ * mmap(MAP_SHARED) of them needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h).
+ * The order is -o direct_io='s list of names (main.c). */
 enum fs_direct_io {
-	FS_DIRECT_IO_NONE,  /* none (the default): every file through the page
-			     * cache, small ones stored there at open */
+	FS_DIRECT_IO_AUTO,  /* auto (the default): objects fetched whole where
+			     * the kernel maps direct_io files and no
+			     * passthrough is asked for, else as none */
+	FS_DIRECT_IO_NONE,  /* every file through the page cache, small ones
+			     * stored there at open */
 	FS_DIRECT_IO_SMALL, /* objects fetched whole (size <= whole_max) */
 	FS_DIRECT_IO_ALL,   /* every file */
 };

@@ -92,13 +92,16 @@ static const char mount_help[] =
 "                          order (hints: setxattr user.bucketfs.prefetch),\n"
 "                          only the guesses of streams in listing order,\n"
 "                          or none (an open still fetches its file whole)\n"
-"    direct_io=none|small|all  which files bypass the kernel's page\n"
-"                          cache: none (the default: a file fetched\n"
-"                          whole is stored there at open, and every file\n"
-"                          maps), those fetched whole, or every file\n"
-"                          (one copy less; mmap(MAP_SHARED) of them needs\n"
-"                          Linux >= 6.6 and fails with ENODEV before)\n"
-"    passthrough=off|auto  files fetched whole (direct_io=none) read by\n"
+"    direct_io=auto|none|small|all  which files bypass the kernel's\n"
+"                          page cache: auto (the default: files fetched\n"
+"                          whole, where the kernel maps such files,\n"
+"                          Linux >= 6.6; else as none), none (a file\n"
+"                          fetched whole is stored there at open; a\n"
+"                          re-read is served from it), those fetched\n"
+"                          whole, or every file (mmap(MAP_SHARED) of\n"
+"                          them fails with ENODEV before Linux 6.6)\n"
+"    passthrough=off|auto  files fetched whole (direct_io=auto or none)\n"
+"                          read by\n"
 "                          the kernel from a memfd, without a request to\n"
 "                          the daemon (auto: where the kernel offers FUSE\n"
 "                          passthrough, Linux >= 6.9, and the daemon has\n"
@@ -357,7 +360,8 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "direct_io")) {
-		static const char *const modes[] = { "none", "small", "all" };
+		static const char *const modes[] = { "auto", "none", "small",
+						     "all" };
 		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
 				     error);
 

@@ -35,19 +35,31 @@ void open_log_read_error(const char *key, const GError *error)
 
 /*
  * Whether reads of an object of @size skip the kernel's page cache
- * (FOPEN_DIRECT_IO): one copy instead of two.  mmap(MAP_SHARED) of such a
- * file needs FUSE_DIRECT_IO_ALLOW_MMAP (fuse_init.h) and gets ENODEV
- * without it.  Only when asked: direct_io=small (objects fetched whole) or
- * all; on the 2 GiB dd the page cache measured as cheap and as fast
- * (docs/PERFORMANCE.md, session 9).
+ * (FOPEN_DIRECT_IO): the daemon copies each READ straight into the
+ * reader's buffer, where a store at open allocates, charges and fills a
+ * page-cache page per 4 KiB that the reader then copies out of again.
+ * mmap(MAP_SHARED) of such a file needs FUSE_DIRECT_IO_ALLOW_MMAP
+ * (fuse_init.h) and gets ENODEV without it, so auto, the default, takes
+ * it for objects fetched whole only where INIT negotiated that: on the
+ * RetinaNet load it measured 1.18-1.21x the files/s of the store at open
+ * with the daemon on a core of its own, in one read() and in DLIO's
+ * chunks (docs/PERFORMANCE.md, "Issue 25, session 13").  Larger objects
+ * keep the page cache: there the kernel's readahead turns a reader's
+ * small reads into 1 MiB READs.  An explicit passthrough=auto keeps the
+ * memfd path for files fetched whole.
  */
 static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 {
+	gboolean whole = size <= readahead_whole_max(fs->ra);
+
 	switch (fs->opts.direct_io) {
 	case FS_DIRECT_IO_ALL:
 		return TRUE;
 	case FS_DIRECT_IO_SMALL:
-		return size <= readahead_whole_max(fs->ra);
+		return whole;
+	case FS_DIRECT_IO_AUTO:
+		return whole && !fs->opts.passthrough_on &&
+		       g_atomic_int_get(&fs->init.allow_mmap);
 	default:
 		return FALSE;
 	}
@@ -213,8 +225,8 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	struct open_call *oc;
 	int id = -1, err = 0;
 
-	if (!fs->se || fs->opts.direct_io != FS_DIRECT_IO_NONE || size == 0 ||
-	    size > readahead_whole_max(fs->ra)) {
+	if (!fs->se || size == 0 || size > readahead_whole_max(fs->ra) ||
+	    bypasses_page_cache(fs, size)) {
 		f.direct_io = bypasses_page_cache(fs, size);
 		f.keep_cache = !f.direct_io && is_current(fs, ino);
 		/* Not fetched whole, but the kernel refuses a cached open of

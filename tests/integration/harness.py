@@ -537,6 +537,7 @@ class Mount:
         o = [f"endpoint={endpoint}", *opts]
         if index is not None:
             o.insert(1, f"index={index}")
+        self.opts = o
         self.failed = None
         self.log = log
         self.logf = open(self.log, "wb")
@@ -564,6 +565,11 @@ class Mount:
             self.logf.flush()
         with open(self.log, "rb") as f:
             return f.read().decode(errors="replace")
+
+    def direct_io_maps(self):
+        """Whether INIT gave mmap of direct_io files (the mount logs it),
+        so that direct_io=auto opens files fetched whole with direct_io."""
+        return "FUSE_DIRECT_IO_ALLOW_MMAP negotiated" in self.output()
 
     def wait_output(self, text, timeout=30):
         """Whether @text shows up in the log within @timeout seconds."""

@@ -9,8 +9,9 @@
   dies within a bound, the mount stays healthy and later reads work;
 - every endpoint dead (refused, or a black hole that accepts and never
   answers): stat, readdir, statfs and getxattr answer from the index at
-  once; the open of a file (fetched whole) fails with an errno and a
-  log line within the bound the
+  once; the open of a file fetched whole (or its first read, under the
+  default direct_io=auto) fails with an errno and a log line within the
+  bound the
   retry options set.
 """
 
@@ -57,8 +58,10 @@ def expected(i):
 
 
 # One reader: opens, then reads the whole file; prints one JSON line.  A
-# file fetched whole is opened once its GET is done (its bytes then go to
-# the page cache), so a stalled GET blocks the open, not a read.
+# stalled GET of a file fetched whole blocks its open (direct_io=none: the
+# open waits for the bytes, which then go to the page cache) or its first
+# read (the default, direct_io=auto, where direct_io files map: the open
+# returns with the GET under way).
 READER = r"""
 import hashlib, json, os, signal, sys, time
 path, mode = sys.argv[1], sys.argv[2]
@@ -174,8 +177,8 @@ class FuseFaults(harness.MountCase):
         self.server.faults([rule])
 
     def blocked_readers(self, m, n, mode="plain", first=0):
-        """@n readers of distinct files, each blocked in open() on a
-        stalled GET (the server has seen every GET)."""
+        """@n readers of distinct files, each blocked in open() or its
+        first read() on a stalled GET (the server has seen every GET)."""
         self.server.control("POST", "stats/reset")
         rs = [Reader(m.path(key(first + i)), mode) for i in range(n)]
         self.readers += rs
@@ -363,10 +366,17 @@ class FuseFaults(harness.MountCase):
         self.assertEqual(os.getxattr(m.path(key(3)), "user.s3.uri"),
                          f"s3://syn/{key(3)}".encode())
         self.assertLess(time.monotonic() - t0, META_BOUND)
-        # The file is fetched whole, at open: the open fails.
+        # The file is fetched whole, at open: the open fails (direct_io=
+        # none, or a kernel that cannot map direct_io files), else its
+        # first read (the default, direct_io=auto: the open returns with
+        # the GET under way).
         t0 = time.monotonic()
         with self.assertRaises(OSError) as cm:
-            os.open(m.path(key(4)), os.O_RDONLY)
+            fd = os.open(m.path(key(4)), os.O_RDONLY)
+            try:
+                os.read(fd, SIZE)
+            finally:
+                os.close(fd)
         secs = time.monotonic() - t0
         self.assertLess(secs, BOUND)
         self.assertIn(cm.exception.errno, (errno.EIO, errno.ETIMEDOUT,
@@ -375,7 +385,7 @@ class FuseFaults(harness.MountCase):
         self.assertRegex(m.output(), r"read 'train/img_004_of_200.jpeg': GET "
                          r"s3://syn/train/img_004_of_200.jpeg via \S+ "
                          r"\(attempt 2/2, [\d.]+ s\): " + cause)
-        print(f"\n    dead endpoint: open gave "
+        print(f"\n    dead endpoint: open and read gave "
               f"{errno.errorcode[cm.exception.errno]} after {secs:.1f} s",
               file=sys.stderr)
 

@@ -333,7 +333,7 @@ class PassthroughTest(harness.MountCase):
                 (None, (), "off unless -o passthrough=auto"),
                 ("passthrough=off", (), "off unless -o passthrough=auto"),
                 ("passthrough=auto", ("direct_io=small",),
-                 "direct_io= is not none")):
+                 "direct_io= is small or all")):
             with self.subTest(pt=pt, opts=opts):
                 m = self.mount(*opts, pt=pt)
                 self.assertTrue(m.wait_output("no FUSE passthrough"),
