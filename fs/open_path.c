@@ -225,9 +225,9 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	struct open_call *oc;
 	int id = -1, err = 0;
 
+	f.direct_io = bypasses_page_cache(fs, size);
 	if (!fs->se || size == 0 || size > readahead_whole_max(fs->ra) ||
-	    bypasses_page_cache(fs, size)) {
-		f.direct_io = bypasses_page_cache(fs, size);
+	    f.direct_io) {
 		f.keep_cache = !f.direct_io && is_current(fs, ino);
 		/* Not fetched whole, but the kernel refuses a cached open of
 		 * a node in passthrough (after SIGHUP, a node id may name a
