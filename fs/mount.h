@@ -28,6 +28,7 @@ struct mount {
 	char *pub_key;
 	gboolean fallback_fail; /* index_url_fallback=fail */
 	GMutex fetch_lock;	/* one fetch of index_url at a time */
+	guint sched_slice_us;	/* -o sched_slice=, 0 = the kernel's */
 };
 
 #endif

@@ -86,6 +86,8 @@ class FuseOptionsTest(unittest.TestCase):
     def mount(self, *opts):
         o = ",".join([f"endpoint={self.server.url}",
                       f"index={self.mnt}.idx", *opts])
+        if self.logf:
+            self.logf.close()
         self.logf = open(self.mnt + ".log", "wb")
         self.proc = subprocess.Popen(
             [harness.binary("bucketfs"), "-f", "-o", o, "s3://fopt",
@@ -126,6 +128,62 @@ class FuseOptionsTest(unittest.TestCase):
             self.assertNotEqual(r.returncode, 0, cmd)
             self.assertIn(b"Permission denied", r.stderr, cmd)
         self.unmount()
+
+    def thread_slices(self):
+        """se.slice (ns) of each of the daemon's threads, by name; None
+        where the kernel does not show it."""
+        out = {}
+        task = f"/proc/{self.proc.pid}/task"
+        for tid in os.listdir(task):
+            try:
+                with open(f"{task}/{tid}/comm") as f:
+                    name = f.read().strip()
+                with open(f"{task}/{tid}/sched") as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue  # the thread ended meanwhile
+            for line in text.splitlines():
+                if line.startswith("se.slice"):
+                    out.setdefault(name, set()).add(
+                        int(line.split(":")[1]))
+        return out
+
+    def test_sched_slice(self):
+        # Every thread, started before the mount or after it, runs with
+        # the slice asked for: 100 us by default.
+        self.mount()
+        with open(self.path("d", "f.txt"), "rb") as f:
+            self.assertEqual(f.read(), BODY)  # the HTTP threads exist
+        slices = self.thread_slices()
+        if not slices:
+            self.unmount()
+            self.skipTest("this kernel does not show se.slice "
+                          "(/proc/PID/sched)")
+        self.assertIn("bfs-http", slices)
+        self.assertEqual(set().union(*slices.values()), {100_000}, slices)
+        self.unmount()
+        self.mount("sched_slice=2000")
+        self.assertEqual(set().union(*self.thread_slices().values()),
+                         {2_000_000})
+        self.unmount()
+        # 0: the kernel's own slice, whatever it is on this host.
+        self.mount("sched_slice=0")
+        with open("/proc/self/sched") as f:
+            own = {int(line.split(":")[1]) for line in f
+                   if line.startswith("se.slice")}
+        self.assertEqual(set().union(*self.thread_slices().values()), own)
+        self.unmount()
+        for bad in ("50", "100001", "1.5", "-1", "fast"):
+            r = subprocess.run(
+                [harness.binary("bucketfs"), "-f", "-o",
+                 f"endpoint={self.server.url},index={self.mnt}.idx,"
+                 f"sched_slice={bad}", "s3://fopt", self.mnt],
+                capture_output=True, timeout=60, env=harness.client_env())
+            self.assertEqual(r.returncode, 2, bad)
+            self.assertIn(f"option 'sched_slice': '{bad}' is not a whole "
+                          "number of microseconds between 100 and 100000, "
+                          "or 0", r.stderr.decode(), bad)
+            self.assertFalse(os.path.ismount(self.mnt), bad)
 
     def test_explicit_default_permissions_is_accepted(self):
         self.mount("default_permissions")
