@@ -129,7 +129,10 @@ def main():
     r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else ())
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
-        log("memory: %s" % rig.back_memory(a.vm_memory)["note"])
+        # back_memory() logs what it did when it backs the memory.
+        mem = rig.back_memory(a.vm_memory)
+        if mem["mode"] != "backed":
+            log("memory: %s" % mem["note"])
         if a.pin:
             rig.pin(r.endpoints, True)
         for i in range(a.runs):

@@ -662,7 +662,8 @@ VM_MEMORY_LABEL = ("memory backed: this VM's free page reporting paused and free
                    "touched once, a model of a host's memory")
 
 
-def _meminfo(field):
+def meminfo(field):
+    """A /proc/meminfo field, in bytes (0 if missing)."""
     with open("/proc/meminfo") as f:
         for line in f:
             if line.startswith(field + ":"):
@@ -706,7 +707,7 @@ def back_memory(mode):
             f.write(saved)
     CLEANUP.push("restore page_reporting_order=%s" % saved, restore)
     import mmap
-    n = max(0, _meminfo("MemAvailable") - MEMORY_MARGIN) & ~((1 << 20) - 1)
+    n = max(0, meminfo("MemAvailable") - MEMORY_MARGIN) & ~((1 << 20) - 1)
     t = time.monotonic()
     chunk = b"\1" * (1 << 20)
     step = max(1 << 30, n // 20)

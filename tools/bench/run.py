@@ -837,11 +837,7 @@ def _log_lines(path, pattern, n):
 
 
 def machine_info():
-    mem = 0
-    with open("/proc/meminfo") as f:
-        for line in f:
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) * 1024
+    mem = rig.meminfo("MemTotal")
     cpu = "?"
     with open("/proc/cpuinfo") as f:
         for line in f:
