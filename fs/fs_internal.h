@@ -30,6 +30,8 @@
 #define GEN_SHIFT 40
 #define ID_MASK	  ((G_GUINT64_CONSTANT(1) << GEN_SHIFT) - 1)
 #define BLOCK	  4096
+/* The largest st_blksize a file reports (attr.c, io_block()). */
+#define IO_BLOCK_MAX (1u << 20)
 /* Writable mode: node ids of names the index doesn't have (overlay.h),
  * and readdir offsets of those names after a directory's indexed ones. */
 #define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)

@@ -91,6 +91,34 @@ class ReadaheadTest(harness.MountCase):
         self.assertEqual(got, self.mid)
         self.assertEqual(self.gets() - before, 1)
 
+    def test_io_block_sizes_buffered_reads(self):
+        """st_blksize is a file's size rounded up to a power of two,
+        between 4 KiB and 1 MiB, so a buffered reader takes a file fetched
+        whole in one read: PIL's way of opening an image (16 bytes, back
+        to 0, then 64 KiB at a time through open()'s BufferedReader) makes
+        3 FUSE reads of a 315 KB file under direct_io (the file, then end
+        of file twice), where a 4 KiB st_blksize made 7."""
+        m = self.mount("direct_io=small")
+        for name, body in [*self.small.items(), ("big.bin", self.big),
+                           ("mid.bin", self.mid)]:
+            want = 4096
+            while want < len(body) and want < MiB:
+                want *= 2
+            self.assertEqual(os.stat(m.path(name)).st_blksize, want, name)
+        self.assertEqual(os.stat(m.path("small")).st_blksize, 4096)
+        name, body = max(((n, b) for n, b in self.small.items()
+                          if len(b) < 400_000), key=lambda nb: len(nb[1]))
+        before = self.stats(m)["files"]["reads"]
+        with open(m.path(name), "rb") as f:
+            self.assertEqual(f.read(16), body[:16])
+            f.seek(0)
+            got = b""
+            while chunk := f.read(65536):
+                got += chunk
+        self.assertEqual(got, body)
+        self.assertEqual(self.stats(m)["files"]["reads"] - before, 3,
+                         (name, len(body)))
+
     def test_same_object_fetched_once_while_open(self):
         m = self.mount()
         before = self.gets()
