@@ -97,8 +97,8 @@ def main():
     ap.add_argument("--b-opts", default="", help="extra -o options for B's mounts only")
     ap.add_argument("--style", default="whole", choices=("whole", "dlio"),
                     help="the mounts' read style: whole (one read(), the default) or "
-                    "dlio (DLIO's calls: fstat, isatty, 2 lseeks, 4 KiB, 60 KiB, then "
-                    "64 KiB reads)")
+                    "dlio (DLIO's, PIL's way: open(), 16 bytes, seek(0), 64 KiB reads "
+                    "through Python's buffered file, sized by st_blksize)")
     ap.add_argument("--list", action="store_true",
                     help="list the dataset's directories before each pass, as DLIO does")
     ap.add_argument("--direct", action="store_true",

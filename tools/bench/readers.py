@@ -16,9 +16,10 @@ Three shapes:
 
 Two read styles (style=):
   "whole"   open(path, 'rb').read(): one read() of the whole file
-  "dlio"    what DLIO's reader does per file: open, fstat, ioctl(TCGETS)
-            (isatty), two lseeks, reads of 4 KiB, 60 KiB, then 64 KiB
-            until a read returns 0, close
+  "dlio"    what DLIO's reader does per file, PIL's way: open() (fstat,
+            ioctl(TCGETS) for isatty, lseek), 16 bytes, seek(0), then 64 KiB
+            reads until one returns nothing, through Python's buffered file
+            (a 4 KiB st_blksize makes the reads 4 KiB, 60 KiB, then 64 KiB)
   "npz"     DLIO's UNet3D reader: np.load(path)["x"]; the bytes counted
             (and checked by expect) are those of the array x
 
@@ -91,22 +92,22 @@ def _get_one(url, expect, style="whole"):
 
 
 def _read_dlio(path):
-    """DLIO's system calls for one file; the bytes read."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fstat(fd)
-        os.isatty(fd)   # ioctl(TCGETS)
-        os.lseek(fd, 0, os.SEEK_CUR)
-        os.lseek(fd, 0, os.SEEK_CUR)
-        n = len(os.read(fd, 4096))
-        n += len(os.read(fd, 61440))
+    """DLIO's loader opening an image as PIL does: open() (an fstat for the
+    buffer's size, an lseek, isatty), 16 bytes, a seek back to 0, then
+    64 KiB reads until one returns nothing, through Python's BufferedReader,
+    which is as large as the file's st_blksize.  With a 4 KiB st_blksize
+    the reads that reach the file are 4 KiB, 60 KiB, then 64 KiB ones (what
+    this style made by hand before session 14); with a larger one, fewer.
+    The bytes read."""
+    with open(path, "rb") as f:
+        f.read(16)
+        f.seek(0)
+        n = 0
         while True:
-            b = os.read(fd, 65536)
+            b = f.read(65536)
             if not b:
                 return n
             n += len(b)
-    finally:
-        os.close(fd)
 
 
 def _read_one(path, expect, fadvise, style="whole"):

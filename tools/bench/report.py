@@ -485,6 +485,21 @@ def how_remote(res, w):
       "bucketfs's own S3 client, the same concurrency, in one process.")
 
 
+# The "dlio" read style, as readers.py has made it since session 14, and
+# before (runs whose latency section has no "dlio_style").
+DLIO_BUFFERED = (
+    "PIL's way of opening an image, as DLIO's loader does: `open(path,'rb')` (`fstat`, "
+    "`isatty`, `lseek`), 16 bytes, `seek(0)`, then 64 KiB reads until one returns "
+    "nothing, through Python's BufferedReader, which is st_blksize large: with 4 KiB "
+    "(before session 14) the reads that reach the file are 4 KiB, 60 KiB, then 64 KiB; "
+    "bucketfs now reports a file's size rounded up to a power of two (at most 1 MiB), "
+    "so a RetinaNet file is one read and two at end of file.")
+DLIO_BY_HAND = (
+    "`os.open`, `fstat`, `isatty` (ioctl TCGETS), two `lseek`s, reads of 4 KiB and "
+    "60 KiB, then 64 KiB until a read returns 0, `close`: DLIO's system calls on a mount "
+    "whose st_blksize is 4 KiB, made by hand (readers.py before session 14).")
+
+
 def how(res, w):
     if res.get("remote"):
         how_remote(res, w)
@@ -524,8 +539,9 @@ def how(res, w):
           "announced whole (`setxattr(MNT, \"user.bucketfs.prefetch\", …)` in 60 kB "
           "chunks) by the parent at the moment the readers are released, not before. "
           "**Read styles:** *one read()* is `open(path,'rb').read()`; *DLIO's chunks* is "
-          "`os.open`, `fstat`, `isatty` (ioctl TCGETS), two `lseek`s, reads of 4 KiB and "
-          "60 KiB, then 64 KiB until a read returns 0, `close`.")
+          + (DLIO_BUFFERED if any(s.get("dlio_style") == "buffered"
+                                  for s in res.get("sections", {}).values())
+             else DLIO_BY_HAND))
         w("- **Machine share:** every pass records how busy both CPUs were (`/proc/stat`, "
           "all processes: the readers, the daemon, nginx, and other work on this shared "
           "machine) in the *busy* column; compare rows by their same-run ratios.")

@@ -969,8 +969,9 @@ def parse_args(argv):
                         "order announced by setxattr user.bucketfs.prefetch at the start); "
                         "default all three")
     g.add_argument("--style", default=",".join(latency.STYLES), metavar="STYLE[,...]",
-                   help="read styles: whole (one read()), dlio (open, fstat, isatty, 2 "
-                        "lseeks, 4 KiB, 60 KiB, then 64 KiB reads); default both")
+                   help="read styles: whole (one read()), dlio (DLIO's, PIL's way: open(), "
+                        "16 bytes, seek(0), 64 KiB reads through Python's buffered file, "
+                        "sized by st_blksize); default both")
     g.add_argument("--large-latency", default="0,20", metavar="MS[,MS...]",
                    help="first-byte delays of the large, fio and npz measurements "
                         "(default 0,20)")
