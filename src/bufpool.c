@@ -11,6 +11,8 @@
  * 1-4 pages are classes 0-3; above, a class is m * 2^(e-2) pages for
  * m = 5..8, so no body maps more than 25% over what it asked for. */
 #define NCLASSES 256
+/* Bodies this large ask for transparent huge pages (HUGE_MIN). */
+#define HUGE_MIN (2u << 20)
 
 struct bufpool {
 	gatomicrefcount refs; /* the pool's own and one per body out */
@@ -105,6 +107,8 @@ static guint8 *map_or_die(gsize size)
 	if (p == MAP_FAILED)
 		g_error("bufpool: mmap of %" G_GSIZE_FORMAT " bytes: %s", size,
 			g_strerror(errno));
+	if (size >= HUGE_MIN)
+		(void)madvise(p, size, MADV_HUGEPAGE);
 	return p;
 }
 
