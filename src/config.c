@@ -802,6 +802,7 @@ static const char *const mount_keys[] = {
 	"window_max",
 	"memory_max",
 	"prefetch_depth",
+	"sched_slice",
 	"readahead",
 	"direct_io",
 	"passthrough",
