@@ -29,9 +29,9 @@ void fill_mode(const struct fs *fs, struct stat *st, gboolean is_dir,
  * 64 KiB at a time (PIL's way, DLIO's load) made 7 READs: a 4 KiB fill,
  * then 60 KiB and 64 KiB reads past the buffer, then end of file.  With
  * the file's size rounded up to a power of two it makes 3: the whole
- * file into the buffer, then end of file twice.  At
- * most 1 MiB (IO_BLOCK_MAX, what NFS reports), at least BLOCK; a power
- * of two, as the kernel keeps it as i_blkbits.
+ * file into the buffer, then end of file twice.  At most 1 MiB
+ * (IO_BLOCK_MAX, what NFS reports), at least BLOCK; a power of two, as
+ * the kernel keeps it as i_blkbits.
  */
 static blksize_t io_block(guint64 size)
 {
