@@ -711,11 +711,21 @@ def back_memory(mode):
     t = time.monotonic()
     chunk = b"\1" * (1 << 20)
     step = max(1 << 30, n // 20)
-    for lo in range(0, n, step):
-        size = min(step, n - lo)
-        with mmap.mmap(-1, size) as m:
+    # Every chunk stays mapped until all are written: a chunk unmapped at
+    # once would hand its pages back to the free lists, the next chunk
+    # would take the same pages again, and only one chunk's worth of
+    # memory would end up backed.
+    held = []
+    try:
+        for lo in range(0, n, step):
+            size = min(step, n - lo)
+            m = mmap.mmap(-1, size)
+            held.append(m)
             for off in range(0, size, 1 << 20):
                 m[off:off + (1 << 20)] = chunk
+    finally:
+        for m in held:
+            m.close()
     dt = time.monotonic() - t
     log("memory: free page reporting paused (page_reporting_order %s -> %s), %.1f GiB "
         "written once in %.1f s" % (saved, NO_REPORTING_ORDER, n / 2**30, dt))
