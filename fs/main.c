@@ -43,9 +43,11 @@
 #define DEFAULT_ENTRY_TIMEOUT	3600.0
 #define MAX_CONNECTIONS_DEFAULT 1024
 #define KERNEL_RA_DEFAULT	(2u << 20)
-/* -o sched_slice=: the default and the least the kernel grants. */
+/* -o sched_slice=: the default, the least the kernel grants, and the
+ * most it grants. */
 #define SCHED_SLICE_DEFAULT_US 100
 #define SCHED_SLICE_MIN_US     100
+#define SCHED_SLICE_MAX_US     100000
 
 /* clang-format off */
 static const char usage[] =
@@ -303,14 +305,14 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "sched_slice")) {
-		if (!parse_number(name, v, 100000, &d, error) ||
+		if (!parse_number(name, v, SCHED_SLICE_MAX_US, &d, error) ||
 		    (d != 0 && d < SCHED_SLICE_MIN_US) || d != (guint)d) {
 			g_clear_error(error);
 			g_set_error(error, BFS_ERROR, EINVAL,
 				    "option 'sched_slice': '%s' is not a whole "
-				    "number of microseconds between 100 and "
-				    "100000, or 0",
-				    v);
+				    "number of microseconds between %d and %d, "
+				    "or 0",
+				    v, SCHED_SLICE_MIN_US, SCHED_SLICE_MAX_US);
 			return FALSE;
 		}
 		m->sched_slice_us = (guint)d;
