@@ -813,9 +813,14 @@ def sec_large(s, w):
             "ranges of %s MiB (the mount's part size) with as many in flight as the mount had "
             "at most (its endpoints' `inflight`, sampled every 20 ms; in each bucketfs run's "
             "raw numbers). s3fs, rclone and the local file at 0 ms only. CPU per GB is the "
-            "daemon's."
+            "daemon's.%s"
             % (n0(s["size"] / 2**20), " with `-o %s`" % ",".join(s["opts"]) if s.get("opts")
-               else "", n0(s.get("part", 0) / 2**20))),
+               else "", n0(s.get("part", 0) / 2**20),
+               (" Before the runs, one untimed `dd` through a fresh mount at %s ms (%s MB/s) "
+                "warms up the memory the page cache takes (this VM's host faults, "
+                "`latency.large_warmup()`)." % (n0(s["warmup"]["delay_ms"]),
+                                                n0(s["warmup"]["mb_s"])))
+               if s.get("warmup") else "")),
         lambda p, o: LARGE_PATH.get(p, p),
         [("ranged8", "8 ranged"), ("ranged-mount", "ranged as the mount")])
     bf = [c for d, p, o, st, c in cells_of(s, "bucketfs")]
