@@ -719,8 +719,9 @@ def back_memory(mode):
     # takes much the same pages again: what ends up backed is the pages the
     # allocator hands out first, about a chunk's worth, not all of the free
     # memory.  Holding every chunk until all were written (session 15)
-    # backed all of it, but made the DLIO passes after it slower for both
-    # paths (docs/PERFORMANCE.md, "Issue 25, session 15"), so it is not done.
+    # backed all of it at twice the time; whether that changes the DLIO
+    # passes was not settled (docs/PERFORMANCE.md, "Issue 25, session 15"),
+    # so the model stays as it was and m_large() warms up instead.
     for lo in range(0, n, step):
         size = min(step, n - lo)
         with mmap.mmap(-1, size) as m:
