@@ -351,15 +351,15 @@ class LatencyMixin:
 
     def large_warmup(self, ds, src, sec):
         """One untimed dd of the large file through a fresh mount, at the
-        first delay, before the measured runs.  rig.back_memory() backs the
-        pages the allocator hands out first, about a gigabyte; the first
-        2 GiB a run of the rig stores into the page cache reach further
-        and paid this VM's host faults (docs/PERFORMANCE.md, "Issue 25,
-        session 15": 541 MB/s and 1.77 s of daemon CPU per GB, against
-        1,250-1,390 and 0.66-0.71 for the passes after it).  The pages the
-        warm-up frees at its unmount are the ones the measured passes get,
-        as every pass after the first already did.  Its numbers go to the
-        raw results only."""
+        first delay, before the measured runs.  Pages this VM has handed
+        back to its host cost a host fault at their first write; when
+        rig.back_memory() backed only about a gigabyte, the first 2 GiB a
+        run stored into the page cache paid them (docs/PERFORMANCE.md,
+        "Issue 25, session 15": 541 MB/s and 1.77 s of daemon CPU per GB,
+        against 1,250-1,390 and 0.66-0.71 for the passes after it).  It now
+        backs all but a margin; the pages the warm-up frees at its unmount
+        are the ones the first measured pass gets, whatever the margin
+        holds.  Its numbers go to the raw results only."""
         d = self.a.large_latency[0]
         log("large: warm-up, one untimed dd at %g ms" % d)
         rig.warm([src])

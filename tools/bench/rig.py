@@ -685,12 +685,10 @@ def back_memory(mode):
     "backed" models a host whose memory stays backed, as bare metal's
     does: reporting is paused for the run (page_reporting_order beyond the
     largest free block; restored by the Cleanup stack) and the free memory
-    but MEMORY_MARGIN is written once in chunks, each freed before the
-    next, so that the pages the allocator hands out first are backed again
-    (see the loop for why not all of it).  Memory first touched later (a
-    large file's first pass through the page cache) may still pay the
-    host's faults: m_large() warms the mount up first.  "as-is" measures
-    the VM as it is."""
+    but MEMORY_MARGIN is written once, all of it held until the last
+    byte is written, so that it is backed again.  The margin may not be:
+    m_large() warms the mount up before its first measured pass.  "as-is"
+    measures the VM as it is."""
     if mode != "backed":
         return {"mode": "as-is", "note": "free page reporting left as it is"}
     knob = os.path.join(PAGE_REPORTING, "page_reporting_order")
@@ -715,18 +713,25 @@ def back_memory(mode):
     t = time.monotonic()
     chunk = b"\1" * (1 << 20)
     step = max(1 << 30, n // 20)
-    # Each chunk is unmapped before the next is written, so the next one
-    # takes much the same pages again: what ends up backed is the pages the
-    # allocator hands out first, about a chunk's worth, not all of the free
-    # memory.  Holding every chunk until all were written (session 15)
-    # backed all of it at twice the time; whether that changes the DLIO
-    # passes was not settled (docs/PERFORMANCE.md, "Issue 25, session 15"),
-    # so the model stays as it was and m_large() warms up instead.
-    for lo in range(0, n, step):
-        size = min(step, n - lo)
-        with mmap.mmap(-1, size) as m:
+    # Every chunk stays mapped until all are written: a chunk unmapped at
+    # once would hand its pages back to the free lists, the next chunk
+    # would take much the same pages again, and only about a chunk's worth
+    # of memory would end up backed (sessions 13-14 did that: the first
+    # 2 GiB dd of a run paid the host's faults).  Holding takes about twice
+    # as long; alternated with the old loop over nine sittings it changed
+    # the DLIO passes by 0.96x, within their spread (docs/PERFORMANCE.md,
+    # "Issue 25, session 15").
+    held = []
+    try:
+        for lo in range(0, n, step):
+            size = min(step, n - lo)
+            m = mmap.mmap(-1, size)
+            held.append(m)
             for off in range(0, size, 1 << 20):
                 m[off:off + (1 << 20)] = chunk
+    finally:
+        for m in held:
+            m.close()
     dt = time.monotonic() - t
     log("memory: free page reporting paused (page_reporting_order %s -> %s), %.1f GiB "
         "written once in %.1f s" % (saved, NO_REPORTING_ORDER, n / 2**30, dt))
