@@ -349,6 +349,17 @@ class LatencyMixin:
         return {"bytes": got, "wall_s": wall, "mb_s": got / wall / 1e6, "parts": n_parts,
                 "part": part, "inflight": inflight}
 
+    def bucketfs_dd(self, ds, src, delay, sample_inflight=False):
+        """dd of the large file through a fresh mount at @delay ms, its
+        source warm on the server side; raises unless it read all of it."""
+        rig.warm([src])
+        res = self.bucketfs_pass(ds, delay, lambda m: self.dd(m.path("big.bin")), "-large",
+                                 sample_inflight=sample_inflight)
+        size = ds.total_bytes()
+        if res["bytes"] != size:
+            raise RuntimeError("dd read %d of %d bytes" % (res["bytes"], size))
+        return res
+
     def large_warmup(self, ds, src, sec):
         """One untimed dd of the large file through a fresh mount, at the
         first delay, before the measured runs.  Pages this VM has handed
@@ -362,9 +373,8 @@ class LatencyMixin:
         holds.  Its numbers go to the raw results only."""
         d = self.a.large_latency[0]
         log("large: warm-up, one untimed dd at %g ms" % d)
-        rig.warm([src])
         try:
-            res = self.bucketfs_pass(ds, d, lambda m: self.dd(m.path("big.bin")), "-large")
+            res = self.bucketfs_dd(ds, src, d)
         except Exception as exc:
             self.problem("large", "warm-up dd at %g ms: %s" % (d, exc))
             return
@@ -398,12 +408,8 @@ class LatencyMixin:
                 sec["round"] = r
                 for d in a.large_latency:
                     log("large: run %d/%d at %g ms, %d MiB" % (r + 1, a.runs, d, size >> 20))
-                    rig.warm([src])
                     try:
-                        res = self.bucketfs_pass(ds, d, lambda m: self.dd(m.path("big.bin")),
-                                                 "-large", sample_inflight=True)
-                        if res["bytes"] != size:
-                            raise RuntimeError("dd read %d of %d bytes" % (res["bytes"], size))
+                        res = self.bucketfs_dd(ds, src, d, sample_inflight=True)
                     except Exception as exc:
                         self.problem("large", "bucketfs at %g ms run %d: %s" % (d, r + 1, exc))
                         continue
