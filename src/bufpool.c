@@ -2,7 +2,9 @@
 #include "bufpool.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -18,7 +20,8 @@ struct bufpool {
 	gatomicrefcount refs; /* the pool's own and one per body out */
 	gsize page;
 	gsize idle_max;
-	pthread_mutex_t lock;		    /* not GMutex: invisible to TSan */
+	gboolean shared;      /* mappings are memfds (bufpool_new_shared()) */
+	pthread_mutex_t lock; /* not GMutex: invisible to TSan */
 	struct bufpool_buf *idle[NCLASSES]; /* protected by lock */
 	struct bufpool_stats stats;	    /* protected by lock */
 };
@@ -56,6 +59,108 @@ static guint class_for(const struct bufpool *pool, gsize bytes, gsize *size)
 	return cls;
 }
 
+/*
+ * A shared pool's mappings, by their address: each one's memfd.  A body
+ * moves between records when it grows (grow()), so the memfd belongs to
+ * the mapping, not to the record.  shared_lock is a leaf.
+ */
+struct shared_map {
+	int fd;
+	gsize len;     /* the body's length when it became bytes */
+	gboolean lent; /* to the kernel since its last reuse */
+	struct bufpool *pool;
+};
+
+static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
+static GHashTable *shared_maps; /* protected by shared_lock: data -> map */
+
+static struct shared_map *shared_lookup(const void *data)
+{
+	struct shared_map *m = NULL;
+
+	pthread_mutex_lock(&shared_lock);
+	if (shared_maps)
+		m = g_hash_table_lookup(shared_maps, data);
+	pthread_mutex_unlock(&shared_lock);
+	return m;
+}
+
+int bufpool_memfd_new(const char *name, gboolean *leasable)
+{
+	char path[64];
+	int fd = memfd_create(name, MFD_CLOEXEC), rw;
+
+	*leasable = FALSE;
+	if (fd < 0)
+		return -1;
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	rw = open(path, O_RDWR | O_CLOEXEC);
+	if (rw < 0)
+		return fd;
+	close(fd);
+	*leasable = TRUE;
+	return rw;
+}
+
+gboolean bufpool_memfd_alone(int fd)
+{
+	if (fcntl(fd, F_SETLEASE, F_WRLCK) != 0)
+		return FALSE;
+	/* Let go at once: nothing is to wait for it to be broken. */
+	(void)fcntl(fd, F_SETLEASE, F_UNLCK);
+	return TRUE;
+}
+
+/* A shared mapping of @size bytes of a new memfd, or NULL (the caller
+ * maps anonymous memory instead). */
+static guint8 *map_shared(struct bufpool *pool, gsize size)
+{
+	gboolean leasable;
+	int fd = bufpool_memfd_new("bucketfs-body", &leasable);
+	struct shared_map *m;
+	void *p;
+
+	if (fd < 0)
+		return NULL;
+	if (!leasable || ftruncate(fd, (off_t)size) != 0) {
+		close(fd);
+		return NULL;
+	}
+	p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED) {
+		close(fd);
+		return NULL;
+	}
+	m = g_new0(struct shared_map, 1);
+	m->fd = fd;
+	m->pool = pool;
+	pthread_mutex_lock(&shared_lock);
+	if (!shared_maps)
+		shared_maps = g_hash_table_new(g_direct_hash, g_direct_equal);
+	g_hash_table_insert(shared_maps, p, m);
+	pthread_mutex_unlock(&shared_lock);
+	return p;
+}
+
+/* Unmaps a pool mapping, and closes its memfd if it has one. */
+static void unmap(guint8 *data, gsize cap)
+{
+	struct shared_map *m = NULL;
+
+	pthread_mutex_lock(&shared_lock);
+	if (shared_maps) {
+		m = g_hash_table_lookup(shared_maps, data);
+		if (m)
+			g_hash_table_remove(shared_maps, data);
+	}
+	pthread_mutex_unlock(&shared_lock);
+	munmap(data, cap);
+	if (m) {
+		close(m->fd);
+		g_free(m);
+	}
+}
+
 struct bufpool *bufpool_new(gsize idle_max)
 {
 	struct bufpool *pool = g_new0(struct bufpool, 1);
@@ -64,6 +169,14 @@ struct bufpool *bufpool_new(gsize idle_max)
 	pool->page = (gsize)sysconf(_SC_PAGESIZE);
 	pool->idle_max = idle_max;
 	pthread_mutex_init(&pool->lock, NULL);
+	return pool;
+}
+
+struct bufpool *bufpool_new_shared(gsize idle_max)
+{
+	struct bufpool *pool = bufpool_new(idle_max);
+
+	pool->shared = TRUE;
 	return pool;
 }
 
@@ -84,7 +197,7 @@ void bufpool_unref(struct bufpool *pool)
 
 		while ((b = pool->idle[i])) {
 			pool->idle[i] = b->next;
-			munmap(b->data, b->cap);
+			unmap(b->data, b->cap);
 			g_free(b);
 		}
 	}
@@ -132,6 +245,34 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
 	return b;
 }
 
+/* Whether idle body @b (taken) may be written again: its memfd, if it
+ * was lent, is open nowhere else, and is its whole size again. */
+static gboolean reusable(struct bufpool *pool, struct bufpool_buf *b)
+{
+	struct shared_map *m = pool->shared ? shared_lookup(b->data) : NULL;
+
+	if (!m || !m->lent)
+		return TRUE;
+	/* The record is the caller's: nobody else touches @m now. */
+	if (!bufpool_memfd_alone(m->fd) || ftruncate(m->fd, (off_t)b->cap))
+		return FALSE;
+	m->lent = FALSE;
+	return TRUE;
+}
+
+/* Drops idle body @b (taken, counted busy), which a reader still holds:
+ * the kernel keeps its pages for the reader. */
+static void drop_held(struct bufpool *pool, struct bufpool_buf *b)
+{
+	pthread_mutex_lock(&pool->lock);
+	pool->stats.busy_bytes -= b->cap;
+	pool->stats.reuses--; /* take_idle() counted it */
+	pool->stats.held++;
+	pthread_mutex_unlock(&pool->lock);
+	unmap(b->data, b->cap);
+	g_free(b);
+}
+
 /* A record holding pool pages for at least @bytes: an idle body of
  * their class, or a new mapping (counted busy either way).  Its len,
  * next and pool are the caller's to set. */
@@ -139,11 +280,15 @@ static struct bufpool_buf *take_or_map(struct bufpool *pool, gsize bytes)
 {
 	gsize size;
 	guint cls = class_for(pool, bytes, &size);
-	struct bufpool_buf *b = take_idle(pool, cls, size);
+	struct bufpool_buf *b;
 
+	while ((b = take_idle(pool, cls, size)) && !reusable(pool, b))
+		drop_held(pool, b);
 	if (!b) {
 		b = g_new0(struct bufpool_buf, 1);
-		b->data = map_or_die(size);
+		b->data = pool->shared ? map_shared(pool, size) : NULL;
+		if (!b->data)
+			b->data = map_or_die(size);
 		b->cap = size;
 	}
 	return b;
@@ -243,7 +388,7 @@ static gboolean give_back(struct bufpool *pool, struct bufpool_buf *b)
 	}
 	pthread_mutex_unlock(&pool->lock);
 	if (!keep)
-		munmap(b->data, b->cap);
+		unmap(b->data, b->cap);
 	return keep;
 }
 
@@ -266,11 +411,49 @@ void bufpool_buf_free(struct bufpool_buf *b)
 
 GBytes *bufpool_buf_free_to_bytes(struct bufpool_buf *b)
 {
+	struct shared_map *m;
+
 	/* GBytes wants non-NULL data for a free func to run. */
 	if (!b->cap) {
 		bufpool_buf_free(b);
 		return g_bytes_new(NULL, 0);
 	}
+	if (!b->heap && b->pool->shared) {
+		pthread_mutex_lock(&shared_lock);
+		m = shared_maps ? g_hash_table_lookup(shared_maps, b->data)
+				: NULL;
+		if (m)
+			m->len = b->len;
+		pthread_mutex_unlock(&shared_lock);
+	}
 	return g_bytes_new_with_free_func(b->data, b->len,
 					  (GDestroyNotify)bufpool_buf_free, b);
+}
+
+int bufpool_bytes_lend(GBytes *bytes)
+{
+	gsize len;
+	const void *data = g_bytes_get_data(bytes, &len);
+	struct shared_map *m = NULL;
+	struct bufpool *pool = NULL;
+	int fd = -1;
+
+	if (!data || !len)
+		return -1;
+	pthread_mutex_lock(&shared_lock);
+	if (shared_maps)
+		m = g_hash_table_lookup(shared_maps, data);
+	/* Only the whole body: a shorter slice would cut the others'. */
+	if (m && m->len == len) {
+		m->lent = TRUE;
+		fd = m->fd;
+		pool = m->pool;
+	}
+	pthread_mutex_unlock(&shared_lock);
+	if (fd < 0 || ftruncate(fd, (off_t)len) != 0)
+		return -1;
+	pthread_mutex_lock(&pool->lock);
+	pool->stats.lent++;
+	pthread_mutex_unlock(&pool->lock);
+	return fd;
 }

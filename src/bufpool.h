@@ -44,10 +44,39 @@ struct bufpool_stats {
 	guint64 maps;	    /* mmap() calls (new bodies, growth from 0) */
 	guint64 reuses;	    /* bodies taken from a free list */
 	guint64 unmaps;	    /* bodies given back above idle_max */
+	guint64 lent;	    /* shared: memfds lent (bufpool_bytes_lend()) */
+	guint64 held;	    /* shared: idle memfds a reader still held,
+			     * dropped instead of reused */
 };
 
 /* A pool that keeps at most @idle_max bytes idle.  Any thread. */
 struct bufpool *bufpool_new(gsize idle_max);
+
+/*
+ * The same, but its mappings are memfds, mapped shared, so that a body
+ * can be lent to the kernel as a file (bufpool_bytes_lend()): FUSE
+ * passthrough then serves a reader the body's own pages, with no copy by
+ * the daemon.  A body whose memfd was lent is reused only once no other
+ * file of it is open (a write lease is granted: the kernel counts every
+ * open, and a reader's mapping holds its open file); else it is dropped.
+ * Where a memfd cannot be made or opened again through /proc, a mapping
+ * is anonymous, as in bufpool_new(), and cannot be lent.
+ */
+struct bufpool *bufpool_new_shared(gsize idle_max);
+
+/*
+ * A memfd (@name) opened as an ordinary file, read-write, so that the
+ * kernel counts it in its checks for leases (memfd_create()'s own file is
+ * not counted as a writer, so a write lease on it is always refused).
+ * *@leasable is FALSE if it could not be opened again through /proc: the
+ * memfd_create() file is returned as it is.  -1 with errno on failure.
+ */
+int bufpool_memfd_new(const char *name, gboolean *leasable);
+
+/* Whether no file of memfd @fd (opened by bufpool_memfd_new()) is open
+ * anywhere but @fd: a write lease on it is granted, and let go at once.
+ * FALSE with errno (EAGAIN: another is open). */
+gboolean bufpool_memfd_alone(int fd);
 
 /* A pool lives while it is referenced or holds bodies that are out;
  * the last unref unmaps the idle ones.  Any thread. */
@@ -74,3 +103,12 @@ void bufpool_buf_free(struct bufpool_buf *b);
  * memory goes back to the pool when the last reference is dropped, on
  * whichever thread that is. */
 GBytes *bufpool_buf_free_to_bytes(struct bufpool_buf *b);
+
+/*
+ * If @bytes are a whole body of a shared pool with a memfd
+ * (bufpool_buf_free_to_bytes()), that memfd, truncated to their length,
+ * for the kernel to read as a file; else -1.  The descriptor stays the
+ * pool's: the caller registers it with the kernel, which takes its own
+ * reference, and must hold @bytes while it lends it.  Any thread.
+ */
+int bufpool_bytes_lend(GBytes *bytes);

@@ -202,7 +202,8 @@ struct http {
 	pthread_t *done_threads; /* ndone of them, immutable */
 	guint ndone;
 	guint done_started;
-	struct bufpool *bodies; /* response bodies, any thread */
+	struct bufpool *bodies;	       /* response bodies, any thread */
+	struct bufpool *shared_bodies; /* those of shareable requests */
 };
 
 struct attempt {
@@ -247,6 +248,7 @@ struct http_request {
 	gboolean idempotent;
 	gboolean hedge;
 	gboolean quick_done; /* on success, done() on the event thread */
+	gboolean shareable;  /* body from shared_bodies */
 	gsize body_limit;
 	gsize body_reserve;
 	GBytes *upload;
@@ -687,6 +689,11 @@ void http_request_set_hedge(struct http_request *req, gboolean hedge)
 void http_request_set_quick_done(struct http_request *req, gboolean quick)
 {
 	req->quick_done = quick;
+}
+
+void http_request_set_shareable(struct http_request *req, gboolean shareable)
+{
+	req->shareable = shareable;
 }
 
 void http_request_set_max_attempts(struct http_request *req, guint n)
@@ -1229,7 +1236,9 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	a->req = req;
 	a->ep = ep;
 	a->moved_us = g_get_monotonic_time();
-	a->body = bufpool_buf_new(l->http->bodies, req->body_reserve);
+	a->body = bufpool_buf_new(req->shareable ? l->http->shared_bodies
+						 : l->http->bodies,
+				  req->body_reserve);
 	a->headers =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, g_free);
 	for (i = 0; i < headers->len; i++) {
@@ -2470,6 +2479,9 @@ struct http *http_new(const struct http_options *opts, GError **error)
 	http = g_new0(struct http, 1);
 	http->bodies = bufpool_new(opts->body_idle_max ? opts->body_idle_max
 						       : DEFAULT_BODY_IDLE_MAX);
+	http->shared_bodies =
+		bufpool_new_shared(opts->body_idle_max ? opts->body_idle_max
+						       : DEFAULT_BODY_IDLE_MAX);
 	pthread_mutex_init(&http->lock, NULL);
 	pthread_mutex_init(&http->done_lock, NULL);
 	pthread_cond_init(&http->done_cond, NULL);
@@ -2571,6 +2583,7 @@ void http_free(struct http *http)
 	g_free(http->user_agent);
 	/* Bodies still held (GBytes from a GET) keep the pool alive. */
 	bufpool_unref(http->bodies);
+	bufpool_unref(http->shared_bodies);
 	g_free(http);
 }
 

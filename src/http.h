@@ -402,6 +402,13 @@ void http_request_set_hedge(struct http_request *req, gboolean hedge);
  */
 void http_request_set_quick_done(struct http_request *req, gboolean quick);
 
+/* The body may be lent to the kernel as a file: it comes from the
+ * engine's shared pool of bodies (bufpool_new_shared()), so that
+ * bufpool_bytes_lend() works on the GET's bytes.  For whole objects that
+ * FUSE passthrough may serve; not for large bodies, which the ordinary
+ * pool maps with huge pages.  Any thread, before http_submit(). */
+void http_request_set_shareable(struct http_request *req, gboolean shareable);
+
 /* Caps this request's attempts below the engine's max_attempts (>= 1). */
 void http_request_set_max_attempts(struct http_request *req, guint n);
 

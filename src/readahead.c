@@ -121,6 +121,7 @@ struct readahead {
 				 * in order; each holds a reference */
 	guint64 mem_used;	/* under lock */
 	struct ra_stats st;	/* under lock */
+	gint share_bodies;	/* atomic: readahead_share_bodies() ran */
 };
 
 /* -- small objects ------------------------------------------------------ */
@@ -241,6 +242,7 @@ static void start_object(struct readahead *ra, struct object *obj,
 		.endpoint = -1,
 		.hedge = hedge,
 		.quick_done = TRUE,
+		.shareable = g_atomic_int_get(&ra->share_bodies),
 	};
 
 	ra->st.objects_fetched++;
@@ -929,6 +931,11 @@ struct readahead *readahead_new(struct s3 *s3, const struct ra_options *opts)
 guint64 readahead_whole_max(const struct readahead *ra)
 {
 	return ra->o.whole_max;
+}
+
+void readahead_share_bodies(struct readahead *ra)
+{
+	g_atomic_int_set(&ra->share_bodies, 1);
 }
 
 gboolean readahead_source_on(const struct readahead *ra, guint source)

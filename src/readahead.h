@@ -73,6 +73,11 @@ gboolean readahead_source_on(const struct readahead *ra, guint source);
 /* Objects up to this size are fetched whole (whole_max, resolved). */
 guint64 readahead_whole_max(const struct readahead *ra);
 
+/* From now on, objects fetched whole get bodies that may be lent to the
+ * kernel as files (s3_get_args.shareable): FUSE passthrough is on.  Any
+ * thread. */
+void readahead_share_bodies(struct readahead *ra);
+
 /* How many guesses may be fetched and unopened at once: prefetch_depth
  * of their own (resolved). */
 guint readahead_guess_depth(const struct readahead *ra);

@@ -817,6 +817,8 @@ static struct http_request *get_request(struct s3 *s3, const char *key,
 		http_request_set_hedge(req, TRUE);
 	if (args && args->quick_done)
 		http_request_set_quick_done(req, TRUE);
+	if (args && args->shareable)
+		http_request_set_shareable(req, TRUE);
 	*call_out = call;
 	return req;
 }

@@ -94,6 +94,8 @@ struct s3_get_args {
 	gboolean quick_done;  /* done() is short and never blocks: on
 			       * success it runs on the HTTP event thread
 			       * (http_request_set_quick_done()) */
+	gboolean shareable;   /* the bytes may be lent to the kernel as a
+			       * file (http_request_set_shareable()) */
 };
 
 /*

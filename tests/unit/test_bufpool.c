@@ -1,8 +1,12 @@
-/* Unit tests for bufpool: reuse, growth, cut, the idle cap, threads. */
+/* Unit tests for bufpool: reuse, growth, cut, the idle cap, threads, and
+ * the shared pool's bodies lent as files. */
 #include "bufpool.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static void test_reuse(void)
@@ -227,6 +231,119 @@ static void test_threads(void)
 	bufpool_unref(pool);
 }
 
+/* A body of the shared pool holding @n bytes of @c, as GBytes. */
+static GBytes *shared_body(struct bufpool *pool, gsize n, int c)
+{
+	struct bufpool_buf *b = bufpool_buf_new(pool, n);
+	guint8 *tmp = g_malloc(n);
+
+	memset(tmp, c, n);
+	bufpool_buf_append(b, tmp, n);
+	g_free(tmp);
+	return bufpool_buf_free_to_bytes(b);
+}
+
+/* Reopens @fd read-only, as the kernel's backing file of a reader. */
+static int reader_of(int fd)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, O_RDONLY | O_CLOEXEC);
+}
+
+static void test_shared_lend(void)
+{
+	struct bufpool *pool = bufpool_new_shared(8 << 20);
+	struct bufpool *plain = bufpool_new(8 << 20);
+	const gsize n = 322624;
+	GBytes *bytes = shared_body(pool, n, 'a'), *slice, *other;
+	guint8 *got = g_malloc(n);
+	struct stat st;
+	int fd, fd2;
+
+	/* The memfd is the body: truncated to it, the same bytes. */
+	fd = bufpool_bytes_lend(bytes);
+	g_assert_cmpint(fd, >=, 0);
+	g_assert_cmpint(fstat(fd, &st), ==, 0);
+	g_assert_cmpint(st.st_size, ==, n);
+	g_assert_cmpint(pread(fd, got, n, 0), ==, (ssize_t)n);
+	g_assert_true(memcmp(got, g_bytes_get_data(bytes, NULL), n) == 0);
+	/* Lent again (a second node of the same object): the same file. */
+	fd2 = bufpool_bytes_lend(bytes);
+	g_assert_cmpint(fd2, ==, fd);
+	/* Not a slice (it would cut the body), not the heap, not the
+	 * ordinary pool. */
+	slice = g_bytes_new_from_bytes(bytes, 0, n - 1);
+	g_assert_cmpint(bufpool_bytes_lend(slice), ==, -1);
+	g_bytes_unref(slice);
+	other = shared_body(pool, 1000, 'b');
+	g_assert_cmpint(bufpool_bytes_lend(other), ==, -1);
+	g_bytes_unref(other);
+	other = bufpool_buf_free_to_bytes(bufpool_buf_new(plain, n));
+	g_assert_cmpint(bufpool_bytes_lend(other), ==, -1);
+	g_bytes_unref(other);
+	g_bytes_unref(bytes);
+	g_free(got);
+	bufpool_unref(plain);
+	bufpool_unref(pool);
+}
+
+static void test_shared_reuse_needs_no_reader(void)
+{
+	struct bufpool *pool = bufpool_new_shared(8 << 20);
+	struct bufpool_stats st;
+	const gsize n = 322624;
+	GBytes *bytes = shared_body(pool, n, 'a');
+	const guint8 *first = g_bytes_get_data(bytes, NULL);
+	guint8 *got = g_malloc(n);
+	struct bufpool_buf *b;
+	int fd = bufpool_bytes_lend(bytes), ro;
+	gboolean leasable;
+	int probe = bufpool_memfd_new("probe", &leasable);
+
+	g_assert_cmpint(probe, >=, 0);
+	close(probe);
+	if (!leasable) {
+		g_test_skip("no /proc to open a memfd again");
+		g_bytes_unref(bytes);
+		g_free(got);
+		bufpool_unref(pool);
+		return;
+	}
+	/* A reader still has the file: its pages are never written again. */
+	ro = reader_of(fd);
+	g_assert_cmpint(ro, >=, 0);
+	g_bytes_unref(bytes);
+	b = bufpool_buf_new(pool, n);
+	/* (A new mapping may land at the old one's address.) */
+	memset(b->data, 'z', n);
+	bufpool_get_stats(pool, &st);
+	g_assert_cmpuint(st.held, ==, 1);
+	g_assert_cmpuint(st.reuses, ==, 0);
+	g_assert_cmpint(pread(ro, got, n, 0), ==, (ssize_t)n);
+	g_assert_cmpint(got[0], ==, 'a');
+	g_assert_cmpint(got[n - 1], ==, 'a');
+	close(ro);
+	bufpool_buf_free(b);
+
+	/* No reader left: the lent body's mapping is reused, whole again. */
+	bytes = shared_body(pool, n, 'c');
+	first = g_bytes_get_data(bytes, NULL);
+	g_assert_cmpint(bufpool_bytes_lend(bytes), >=, 0);
+	g_bytes_unref(bytes);
+	b = bufpool_buf_new(pool, n);
+	g_assert_true(b->data == first);
+	bufpool_get_stats(pool, &st);
+	/* The 'z' body's mapping for 'c', then 'c''s again. */
+	g_assert_cmpuint(st.reuses, ==, 2);
+	g_assert_cmpuint(st.held, ==, 1);
+	memset(b->data, 'd', b->cap); /* every page of it, past the old end */
+	bufpool_buf_free(b);
+	g_free(got);
+	bufpool_unref(pool);
+}
+
 int main(int argc, char **argv)
 {
 	g_test_init(&argc, &argv, NULL);
@@ -236,5 +353,8 @@ int main(int argc, char **argv)
 	g_test_add_func("/bufpool/heap", test_heap);
 	g_test_add_func("/bufpool/bytes_outlive_pool", test_bytes_outlive_pool);
 	g_test_add_func("/bufpool/threads", test_threads);
+	g_test_add_func("/bufpool/shared_lend", test_shared_lend);
+	g_test_add_func("/bufpool/shared_reuse_needs_no_reader",
+			test_shared_reuse_needs_no_reader);
 	return g_test_run();
 }
