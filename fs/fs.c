@@ -273,7 +273,7 @@ static gboolean has_sys_admin(void)
 static const char *passthrough_off(const struct fs *fs)
 {
 	if (!fs->opts.passthrough_on)
-		return "off unless -o passthrough=auto";
+		return "off unless -o passthrough=auto or always";
 	if (fs->opts.direct_io == FS_DIRECT_IO_SMALL ||
 	    fs->opts.direct_io == FS_DIRECT_IO_ALL)
 		return "-o direct_io= is small or all";

@@ -59,11 +59,13 @@ struct fs_options {
 	double entry_timeout; /* seconds the kernel may cache names/attrs */
 	guint64 free_space;   /* statfs free bytes; 0 = max(dataset, 1 PiB) */
 	enum fs_direct_io direct_io;
-	/* -o passthrough=auto: files fetched whole are read by the kernel
-	 * from a memfd where it can be (passthrough.h); FALSE (off, the
-	 * default: it measured no cheaper than the store, PERFORMANCE.md
-	 * session 10): they are stored in the page cache at open. */
+	/* -o passthrough=auto or always: files fetched whole are read by
+	 * the kernel from a memfd where it can be (passthrough.h); auto only
+	 * those already fetched at open (open_path.c); FALSE (off, the
+	 * default): direct_io (or the page cache, direct_io=none). */
 	gboolean passthrough_on;
+	gboolean passthrough_always; /* -o passthrough=always: every open of a
+				      * file fetched whole, here or not */
 	/* -o readdirplus=: which listings hand the kernel attributes and an
 	 * inode per name (enum fs_readdirplus; op_init() decides auto). */
 	int readdirplus;

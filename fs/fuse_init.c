@@ -179,6 +179,10 @@ static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 
 		if (why)
 			pt_disable(fs->pt);
+		else if (pt_reuses_memfds(fs->pt))
+			/* GETs of files fetched whole from now on get
+			 * bodies that can be backing files themselves. */
+			readahead_share_bodies(fs->ra);
 		log_passthrough(st, why);
 	}
 	return n;

@@ -112,12 +112,14 @@ static const char mount_help[] =
 "                          re-read is served from it), those fetched\n"
 "                          whole, or every file (mmap(MAP_SHARED) of\n"
 "                          them fails with ENODEV before Linux 6.6)\n"
-"    passthrough=off|auto  files fetched whole (direct_io=auto or none)\n"
-"                          read by the kernel from a memfd, without a\n"
-"                          request to the daemon (auto: where the kernel\n"
-"                          offers FUSE passthrough, Linux >= 6.9, and the\n"
-"                          daemon has CAP_SYS_ADMIN), or never (off, the\n"
-"                          default)\n"
+"    passthrough=off|auto|always  files fetched whole (direct_io=auto or\n"
+"                          none) read by the kernel from a memfd (the GET's\n"
+"                          own body), without a request to the daemon,\n"
+"                          where the kernel offers FUSE passthrough (Linux\n"
+"                          >= 6.9) and the daemon has CAP_SYS_ADMIN: auto,\n"
+"                          those already fetched when opened (the others\n"
+"                          direct_io, so that the open overlaps the GET);\n"
+"                          always, every one; or never (off, the default)\n"
 "    readdirplus=auto|always|lookups  whether a listing hands the kernel\n"
 "                          each name's attributes: always (an inode per\n"
 "                          name in kernel memory; an open or stat after\n"
@@ -396,13 +398,14 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		return TRUE;
 	}
 	if (!strcmp(name, "passthrough")) {
-		static const char *const modes[] = { "auto", "off" };
+		static const char *const modes[] = { "auto", "always", "off" };
 		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
 				     error);
 
 		if (i < 0)
 			return FALSE;
-		m->fs.passthrough_on = i == 0;
+		m->fs.passthrough_on = i < 2;
+		m->fs.passthrough_always = i == 1;
 		return TRUE;
 	}
 	if (!strcmp(name, "readdirplus")) {

@@ -45,8 +45,8 @@ void open_log_read_error(const char *key, const GError *error)
  * with the daemon on a core of its own, in one read() and in DLIO's
  * chunks (docs/PERFORMANCE.md, "Issue 25, session 13").  Larger objects
  * keep the page cache: there the kernel's readahead turns a reader's
- * small reads into 1 MiB READs.  An explicit passthrough=auto keeps the
- * memfd path for files fetched whole.
+ * small reads into 1 MiB READs.  Where passthrough is on, auto still
+ * answers this way an open whose object is not here yet (open_answer()).
  */
 static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 {
@@ -58,8 +58,7 @@ static gboolean bypasses_page_cache(struct fs *fs, guint64 size)
 	case FS_DIRECT_IO_SMALL:
 		return whole;
 	case FS_DIRECT_IO_AUTO:
-		return whole && !fs->opts.passthrough_on &&
-		       g_atomic_int_get(&fs->init.allow_mmap);
+		return whole && g_atomic_int_get(&fs->init.allow_mmap);
 	default:
 		return FALSE;
 	}
@@ -180,6 +179,8 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 
 	struct fs *fs = oc->fs;
 	struct handle *h = oc->h;
+	GBytes *whole;
+	gboolean alone;
 	int id = -1, err;
 
 	if (!g_atomic_int_compare_and_exchange(&oc->answered, 0, 1)) {
@@ -198,15 +199,26 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 		return;
 	}
 	h->ino = oc->ino;
+	/* The GET's body, if it is still the object's: its memory may be
+	 * the backing file itself. */
+	whole = readahead_peek_whole(h->rf, &alone);
+	if (whole && (len != oc->size || g_bytes_get_size(whole) != len ||
+		      g_bytes_get_data(whole, NULL) != buf))
+		g_clear_pointer(&whole, g_bytes_unref);
 	/* Not the whole object: no memfd of it, but a node in passthrough
 	 * stays so (its other open's memfd holds the object). */
-	h->pt_mode = pt_open(fs->pt, oc->ino, oc->etag,
+	h->pt_mode = pt_open(fs->pt, oc->ino, oc->etag, whole,
 			     len == oc->size ? buf : NULL, len, &id, &err);
+	g_clear_pointer(&whole, g_bytes_unref);
 	if (refused(oc->req, fs, h, err)) {
 		open_call_free(oc);
 		return;
 	}
-	if (h->pt_mode != PT_PASSTHROUGH) {
+	if (h->pt_mode == PT_DIRECT) {
+		/* Another open of the node is direct_io: so is this one. */
+		oc->fi.direct_io = 1;
+		oc->fi.keep_cache = 0;
+	} else if (h->pt_mode != PT_PASSTHROUGH) {
 		store(oc, buf, len);
 		/* Stored or not, the pages of a current node are right: the
 		 * GET's If-Match guarantees it.  An older node's are dropped
@@ -215,6 +227,39 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 	}
 	reply_open(oc->req, fs, h, &oc->fi, id);
 	open_call_free(oc);
+}
+
+/*
+ * With passthrough on and direct_io=auto, how an open of a file fetched
+ * whole (@f: direct_io so far) is answered: if its object is here already
+ * (fetched ahead), in passthrough from it (f->direct_io cleared, the
+ * caller goes on to fetch it whole, at once); if not, with direct_io,
+ * recorded so that no passthrough open of the node starts meanwhile, or
+ * in passthrough if the node is already (pt_open_direct()).  Returns
+ * FALSE if it answered the open (refused, or joined the node's backing
+ * file).
+ */
+static gboolean direct_or_here(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
+			       struct handle *h, struct fuse_file_info *f,
+			       const char *etag)
+{
+	gboolean alone;
+	GBytes *here = readahead_peek_whole(h->rf, &alone);
+	int id = -1, err;
+
+	if (here) {
+		g_bytes_unref(here);
+		f->direct_io = 0;
+		return TRUE;
+	}
+	h->ino = ino;
+	h->pt_mode = pt_open_direct(fs->pt, ino, etag, &id, &err);
+	if (refused(req, fs, h, err))
+		return FALSE;
+	if (h->pt_mode != PT_PASSTHROUGH)
+		return TRUE;
+	reply_open(req, fs, h, f, id);
+	return FALSE;
 }
 
 void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
@@ -226,6 +271,13 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	int id = -1, err = 0;
 
 	f.direct_io = bypasses_page_cache(fs, size);
+	if (f.direct_io && fs->opts.direct_io == FS_DIRECT_IO_AUTO &&
+	    pt_on(fs->pt) && !is_overlay(ino)) {
+		if (fs->opts.passthrough_always)
+			f.direct_io = 0;
+		else if (!direct_or_here(req, fs, ino, h, &f, etag))
+			return;
+	}
 	if (!fs->se || size == 0 || size > readahead_whole_max(fs->ra) ||
 	    f.direct_io) {
 		f.keep_cache = !f.direct_io && is_current(fs, ino);

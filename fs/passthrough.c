@@ -4,11 +4,14 @@
  * see passthrough.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "bufpool.h"
 #include "log.h"
 #include "passthrough.h"
 
@@ -24,12 +27,33 @@ struct pt_backing_map {
 #define PT_DEV_IOC_BACKING_OPEN	 _IOW(PT_DEV_IOC_MAGIC, 1, struct pt_backing_map)
 #define PT_DEV_IOC_BACKING_CLOSE _IOW(PT_DEV_IOC_MAGIC, 2, uint32_t)
 
+/* Idle memfds kept for their pages: at most this many, and bytes. */
+#define POOL_FDS   128
+#define POOL_BYTES (64u << 20)
+/* Memfds a backing id holds (the node's passthrough opens) that are kept
+ * for the pool once closed; past this, they are closed at registration,
+ * so that descriptors follow only the pool's bound and this one. */
+#define POOL_LIVE_MAX 1024
+/* How many idle memfds pool_take() looks at for the nearest size. */
+#define POOL_SCAN 8
+
+/* A memfd of the pool, and its size (its pages). */
+struct pt_memfd {
+	int fd;
+	gsize size;
+};
+
 /* A node's opens the kernel may still hold. */
 struct pt_node {
-	int backing_id; /* registered while passthrough > 0 */
-	char *etag;	/* its object's, while passthrough > 0 */
+	int backing_id;	       /* registered while passthrough > 0 */
+	char *etag;	       /* its object's, while passthrough > 0 */
+	struct pt_memfd memfd; /* the backing file, kept for the pool; fd -1:
+				* not kept */
+	GBytes *body;	       /* or the object's body, whose memfd is the
+				* backing file (bufpool_bytes_lend()) */
 	guint passthrough;
 	guint cached;
+	guint direct; /* direct_io opens (pt_open_direct()) */
 };
 
 struct passthrough {
@@ -41,6 +65,19 @@ struct passthrough {
 	guint64 opens;	   /* atomic */
 	guint64 stale;	   /* atomic: opens refused ESTALE */
 	guint64 fallbacks[PT_FALLBACKS]; /* atomic */
+	/* The pool (pool_take()).  pool_lock is a leaf, taken after lock
+	 * or alone. */
+	GMutex pool_lock;
+	GArray *idle;	  /* protected by pool_lock: struct pt_memfd, the
+			   * newest last */
+	gsize idle_bytes; /* protected by pool_lock */
+	guint live;	  /* protected by pool_lock: kept by nodes */
+	gint pooling;	  /* atomic: leases see read-only opens (pt_probe) */
+	guint64 made;	  /* atomic: memfds created */
+	guint64 reused;	  /* atomic: memfds taken from the pool */
+	guint64 busy;	  /* atomic: idle memfds still open elsewhere */
+	guint64 lent;	  /* atomic: bodies lent as backing files */
+	guint64 direct;	  /* atomic: opens answered direct_io */
 };
 
 static const char *const fallback_names[PT_FALLBACKS] = {
@@ -59,6 +96,10 @@ static void node_free(gpointer p)
 {
 	struct pt_node *n = p;
 
+	if (n->memfd.fd >= 0)
+		close(n->memfd.fd);
+	if (n->body)
+		g_bytes_unref(n->body);
 	g_free(n->etag);
 	g_free(n);
 }
@@ -71,14 +112,22 @@ struct passthrough *pt_new(void)
 	pt->nodes = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
 					  node_free);
 	pt->dev_fd = -1;
+	g_mutex_init(&pt->pool_lock);
+	pt->idle = g_array_new(FALSE, FALSE, sizeof(struct pt_memfd));
 	return pt;
 }
 
 void pt_free(struct passthrough *pt)
 {
+	guint i;
+
 	if (!pt)
 		return;
 	g_hash_table_destroy(pt->nodes);
+	for (i = 0; i < pt->idle->len; i++)
+		close(g_array_index(pt->idle, struct pt_memfd, i).fd);
+	g_array_free(pt->idle, TRUE);
+	g_mutex_clear(&pt->pool_lock);
 	g_mutex_clear(&pt->lock);
 	g_free(pt);
 }
@@ -96,6 +145,22 @@ void pt_disable(struct passthrough *pt)
 	g_atomic_int_set(&pt->on, 0);
 }
 
+static const char *probe_leases(void);
+
+/* Turns the pool of memfds on where the kernel's leases tell when a
+ * memfd is free (probe_leases()); says which, once. */
+static void probe_pool(struct passthrough *pt)
+{
+	const char *why = probe_leases();
+
+	g_atomic_int_set(&pt->pooling, why == NULL);
+	if (why)
+		log_msg(LOG_LEVEL_INFO,
+			"FUSE passthrough: each file gets a new memfd: %s, so "
+			"an idle one cannot be known free of readers",
+			why);
+}
+
 const char *pt_probe(struct passthrough *pt)
 {
 	uint32_t zero = 0;
@@ -105,6 +170,7 @@ const char *pt_probe(struct passthrough *pt)
 		       "an unknown kernel";
 	switch (errno) {
 	case EINVAL:
+		probe_pool(pt);
 		return NULL;
 	case EPERM:
 		return "the kernel did not take it at INIT, or the daemon "
@@ -128,6 +194,11 @@ gboolean pt_on(struct passthrough *pt)
 	return g_atomic_int_get(&pt->on);
 }
 
+gboolean pt_reuses_memfds(struct passthrough *pt)
+{
+	return g_atomic_int_get(&pt->pooling);
+}
+
 void pt_count_fallback(struct passthrough *pt, enum pt_fallback why)
 {
 	__atomic_add_fetch(&pt->fallbacks[why], 1, __ATOMIC_RELAXED);
@@ -143,11 +214,14 @@ static void close_backing(struct passthrough *pt, int id)
 			g_strerror(errno));
 }
 
-/* Writes @len bytes of @buf to @fd; FALSE with errno on failure. */
+/* Writes @len bytes of @buf at the start of @fd; FALSE with errno on
+ * failure. */
 static gboolean write_all(int fd, const guint8 *buf, gsize len)
 {
+	off_t off = 0;
+
 	while (len > 0) {
-		ssize_t n = write(fd, buf, len);
+		ssize_t n = pwrite(fd, buf, len, off);
 
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -157,39 +231,198 @@ static gboolean write_all(int fd, const guint8 *buf, gsize len)
 			return FALSE;
 		}
 		buf += n;
+		off += n;
 		len -= (gsize)n;
 	}
 	return TRUE;
 }
 
-/*
- * A new backing id for a memfd holding @buf, or -1 with the reason in
- * *@why.  EPERM (no CAP_SYS_ADMIN in the initial user namespace) turns
- * passthrough off for the mount.
- */
-static int make_backing(struct passthrough *pt, const void *buf, gsize len,
-			enum pt_fallback *why)
-{
-	struct pt_backing_map map = { 0 };
-	int fd = memfd_create("bucketfs", MFD_CLOEXEC);
-	int id, err;
+/* -- the pool of memfds ------------------------------------------------ */
 
-	if (fd < 0 || !write_all(fd, buf, len)) {
-		err = errno;
-		if (fd >= 0)
-			close(fd);
-		log_msg(LOG_LEVEL_DEBUG,
-			"FUSE passthrough: memfd of %" G_GSIZE_FORMAT
-			" bytes: %s; the page cache instead",
-			len, g_strerror(err));
-		*why = PT_FB_MEMFD;
-		return -1;
+/*
+ * Why a memfd's pages cannot be reused safely here, or NULL if they can.
+ * A reader's open file in passthrough, and any mapping of it (which
+ * outlives the file's RELEASE: the kernel maps the backing file itself),
+ * hold a read-only backing file of the memfd's inode; the kernel refuses
+ * a write lease on a file open elsewhere (Linux counts read-only opens
+ * for leases since 5.3), so a granted lease proves that no reader still
+ * sees the memfd.  Checked here with a second, read-only open of a
+ * memfd through /proc.
+ */
+static const char *probe_leases(void)
+{
+	char path[64];
+	gboolean leasable;
+	int fd = bufpool_memfd_new("bucketfs-probe", &leasable);
+	int ro, err = 0;
+	const char *why = NULL;
+
+	if (fd < 0)
+		return "memfd_create() failed";
+	if (!leasable) {
+		close(fd);
+		return "a memfd could not be opened again through /proc";
 	}
-	map.fd = fd;
-	id = ioctl(pt->dev_fd, PT_DEV_IOC_BACKING_OPEN, &map);
-	err = errno;
-	/* The kernel holds the file from here on (or never will). */
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	ro = open(path, O_RDONLY | O_CLOEXEC);
+	if (ro < 0) {
+		why = "a memfd could not be opened again through /proc";
+	} else if (fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+		why = "the kernel granted a write lease on a file open "
+		      "elsewhere read-only";
+	} else if (errno != EAGAIN) {
+		err = errno;
+		why = "a write lease could not be asked for";
+	}
+	if (ro >= 0)
+		close(ro);
+	if (!why && !bufpool_memfd_alone(fd)) {
+		err = errno;
+		why = "a write lease on a memfd open nowhere else was refused";
+	}
 	close(fd);
+	if (err)
+		log_msg(LOG_LEVEL_DEBUG, "FUSE passthrough: lease probe: %s",
+			g_strerror(err));
+	return why;
+}
+
+/* Puts idle memfd @m in the pool, as its newest or (@oldest) its oldest,
+ * or closes it if the pool is off; memfds past the pool's bounds are
+ * closed, the oldest first. */
+static void pool_put(struct passthrough *pt, struct pt_memfd m, gboolean oldest)
+{
+	g_autoptr(GArray) evict = NULL;
+	guint i;
+
+	if (!g_atomic_int_get(&pt->pooling) || m.size > POOL_BYTES) {
+		close(m.fd);
+		return;
+	}
+	evict = g_array_new(FALSE, FALSE, sizeof(struct pt_memfd));
+	g_mutex_lock(&pt->pool_lock);
+	while (pt->idle->len && (pt->idle->len >= POOL_FDS ||
+				 pt->idle_bytes + m.size > POOL_BYTES)) {
+		struct pt_memfd e = g_array_index(pt->idle, struct pt_memfd, 0);
+
+		g_array_remove_index(pt->idle, 0);
+		pt->idle_bytes -= e.size;
+		g_array_append_val(evict, e);
+	}
+	if (oldest)
+		g_array_prepend_val(pt->idle, m);
+	else
+		g_array_append_val(pt->idle, m);
+	pt->idle_bytes += m.size;
+	g_mutex_unlock(&pt->pool_lock);
+	/* Outside the lock: the last close frees the pages. */
+	for (i = 0; i < evict->len; i++)
+		close(g_array_index(evict, struct pt_memfd, i).fd);
+}
+
+/* Removes from the pool the memfd nearest @len bytes in size among its
+ * POOL_SCAN newest; FALSE if it is empty. */
+static gboolean pool_pop(struct passthrough *pt, gsize len,
+			 struct pt_memfd *out)
+{
+	guint i, n, best = 0;
+	gsize bestd = G_MAXSIZE;
+
+	g_mutex_lock(&pt->pool_lock);
+	n = pt->idle->len;
+	for (i = n; i > 0 && n - i < POOL_SCAN; i--) {
+		const struct pt_memfd *e =
+			&g_array_index(pt->idle, struct pt_memfd, i - 1);
+		gsize d = e->size > len ? e->size - len : len - e->size;
+
+		if (d < bestd) {
+			bestd = d;
+			best = i - 1;
+		}
+	}
+	if (n) {
+		*out = g_array_index(pt->idle, struct pt_memfd, best);
+		g_array_remove_index(pt->idle, best);
+		pt->idle_bytes -= out->size;
+	}
+	g_mutex_unlock(&pt->pool_lock);
+	return n > 0;
+}
+
+/*
+ * An idle memfd that no reader has open or mapped any more (a write lease
+ * is granted on it; see probe_leases()), nearest @len bytes in size;
+ * FALSE if there is none.  One still held elsewhere goes back as the
+ * pool's oldest.  A lease refused for another reason than EAGAIN turns
+ * the pool off.
+ */
+static gboolean pool_take(struct passthrough *pt, gsize len,
+			  struct pt_memfd *out)
+{
+	guint tries;
+
+	for (tries = 0; tries < POOL_SCAN; tries++) {
+		struct pt_memfd m;
+
+		if (!pool_pop(pt, len, &m))
+			return FALSE;
+		if (bufpool_memfd_alone(m.fd)) {
+			__atomic_add_fetch(&pt->reused, 1, __ATOMIC_RELAXED);
+			*out = m;
+			return TRUE;
+		}
+		if (errno == EAGAIN) {
+			__atomic_add_fetch(&pt->busy, 1, __ATOMIC_RELAXED);
+			pool_put(pt, m, TRUE);
+			continue;
+		}
+		if (g_atomic_int_compare_and_exchange(&pt->pooling, 1, 0))
+			log_msg(LOG_LEVEL_WARNING,
+				"FUSE passthrough: memfds no longer reused: a "
+				"write lease on one was refused: %s",
+				g_strerror(errno));
+		close(m.fd);
+		return FALSE;
+	}
+	return FALSE;
+}
+
+/* Whether a memfd just registered may be kept by its node for the pool
+ * (counted live), or is to be closed now. */
+static gboolean keep_live(struct passthrough *pt)
+{
+	gboolean keep;
+
+	if (!g_atomic_int_get(&pt->pooling))
+		return FALSE;
+	g_mutex_lock(&pt->pool_lock);
+	keep = pt->live < POOL_LIVE_MAX;
+	if (keep)
+		pt->live++;
+	g_mutex_unlock(&pt->pool_lock);
+	return keep;
+}
+
+/* A node's kept memfd (@m, fd >= 0) is idle again: its backing id is
+ * closed. */
+static void release_live(struct passthrough *pt, struct pt_memfd m)
+{
+	g_mutex_lock(&pt->pool_lock);
+	pt->live--;
+	g_mutex_unlock(&pt->pool_lock);
+	pool_put(pt, m, FALSE);
+}
+
+/* Registers @fd as a backing file: its id, or -1 with the reason in
+ * *@why.  EPERM (no CAP_SYS_ADMIN in the initial user namespace) turns
+ * passthrough off for the mount. */
+static int register_backing(struct passthrough *pt, int fd,
+			    enum pt_fallback *why)
+{
+	struct pt_backing_map map = { .fd = fd };
+	int id = ioctl(pt->dev_fd, PT_DEV_IOC_BACKING_OPEN, &map);
+	int err = errno;
+
 	if (id >= 0)
 		return id;
 	*why = PT_FB_BACKING;
@@ -208,6 +441,64 @@ static int make_backing(struct passthrough *pt, const void *buf, gsize len,
 	return -1;
 }
 
+/*
+ * A new backing id for the object's bytes, or -1 with the reason in
+ * *@why.  If @body is a body with a memfd of its own (the GET's, from the
+ * shared pool: bufpool_bytes_lend()), that memfd is the backing file, and
+ * *@held takes a reference to @body until the id is closed: no byte is
+ * copied.  Else @buf (@len bytes) is written into a memfd from the pool
+ * when one is idle (its pages are already there), or a new one; it is
+ * kept in *@kept (fd -1: closed, the kernel holds it) for release_live().
+ */
+static int make_backing(struct passthrough *pt, GBytes *body, const void *buf,
+			gsize len, enum pt_fallback *why, struct pt_memfd *kept,
+			GBytes **held)
+{
+	struct pt_memfd m = { .fd = -1, .size = 0 };
+	gboolean pooled, leasable = TRUE;
+	int id, err;
+
+	kept->fd = -1;
+	*held = NULL;
+	m.fd = body ? bufpool_bytes_lend(body) : -1;
+	if (m.fd >= 0) {
+		id = register_backing(pt, m.fd, why);
+		if (id >= 0) {
+			*held = g_bytes_ref(body);
+			__atomic_add_fetch(&pt->lent, 1, __ATOMIC_RELAXED);
+		}
+		return id;
+	}
+	pooled = pool_take(pt, len, &m);
+	if (!pooled) {
+		m.fd = bufpool_memfd_new("bucketfs", &leasable);
+		if (m.fd >= 0)
+			__atomic_add_fetch(&pt->made, 1, __ATOMIC_RELAXED);
+	}
+	if (m.fd < 0 ||
+	    (pooled && m.size > len && ftruncate(m.fd, (off_t)len) != 0) ||
+	    !write_all(m.fd, buf, len)) {
+		err = errno;
+		if (m.fd >= 0)
+			close(m.fd);
+		log_msg(LOG_LEVEL_DEBUG,
+			"FUSE passthrough: memfd of %" G_GSIZE_FORMAT
+			" bytes: %s; the page cache instead",
+			len, g_strerror(err));
+		*why = PT_FB_MEMFD;
+		return -1;
+	}
+	m.size = len;
+	id = register_backing(pt, m.fd, why);
+	if (id >= 0 && leasable && keep_live(pt))
+		*kept = m; /* the kernel holds the file from here on */
+	else if (id < 0 && leasable)
+		pool_put(pt, m, FALSE); /* never registered: idle as it is */
+	else
+		close(m.fd);
+	return id;
+}
+
 static struct pt_node *node_get(struct passthrough *pt, fuse_ino_t ino)
 {
 	guint64 key = ino;
@@ -219,6 +510,7 @@ static struct pt_node *node_get(struct passthrough *pt, fuse_ino_t ino)
 		*k = ino;
 		n = g_new0(struct pt_node, 1);
 		n->backing_id = -1;
+		n->memfd.fd = -1;
 		g_hash_table_insert(pt->nodes, k, n);
 	}
 	return n;
@@ -229,14 +521,16 @@ static void node_maybe_drop(struct passthrough *pt, fuse_ino_t ino,
 {
 	guint64 key = ino;
 
-	if (!n->passthrough && !n->cached)
+	if (!n->passthrough && !n->cached && !n->direct)
 		g_hash_table_remove(pt->nodes, &key);
 }
 
-/* The kernel refuses a node open both ways (fuse_file_io_open()). */
+/* The kernel refuses a node open both ways (fuse_file_io_open()), and a
+ * direct_io open of a node in passthrough. */
 static void node_check(const struct pt_node *n)
 {
 	g_assert(!(n->cached && n->passthrough));
+	g_assert(!(n->direct && n->passthrough));
 	g_assert((n->backing_id >= 0) == (n->passthrough > 0));
 }
 
@@ -257,18 +551,20 @@ static enum pt_mode refuse_stale(struct passthrough *pt, int *err)
 }
 
 /*
- * Records an open of @ino (object @etag) that made no backing file (why:
- * @why, PT_FALLBACKS: not a fallback, counted nowhere): cached, unless
- * another open of the node got it into passthrough meanwhile (its memfd
- * holds the whole object), which this one then joins with *@backing_id;
- * or refused (*@err) if that memfd holds another object.
+ * Records an open of @ino (object @etag) that made no backing file, as
+ * @as (PT_CACHED, why: @why, PT_FALLBACKS: not a fallback, counted
+ * nowhere; or PT_DIRECT, counted as such), unless another open of the
+ * node got it into passthrough meanwhile (its backing file holds the
+ * whole object), which this one then joins with *@backing_id; or refused
+ * (*@err) if that backing file holds another object.
  */
-static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
-				  const char *etag, enum pt_fallback why,
-				  int *backing_id, int *err)
+static enum pt_mode record_unbacked(struct passthrough *pt, fuse_ino_t ino,
+				    const char *etag, enum pt_mode as,
+				    enum pt_fallback why, int *backing_id,
+				    int *err)
 {
 	struct pt_node *n;
-	enum pt_mode mode = PT_CACHED;
+	enum pt_mode mode = as;
 
 	g_mutex_lock(&pt->lock);
 	n = node_get(pt, ino);
@@ -280,6 +576,8 @@ static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
 		n->passthrough++;
 		*backing_id = n->backing_id;
 		mode = PT_PASSTHROUGH;
+	} else if (as == PT_DIRECT) {
+		n->direct++;
 	} else {
 		n->cached++;
 	}
@@ -287,6 +585,8 @@ static enum pt_mode record_cached(struct passthrough *pt, fuse_ino_t ino,
 	g_mutex_unlock(&pt->lock);
 	if (mode == PT_PASSTHROUGH)
 		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
+	else if (mode == PT_DIRECT)
+		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
 	else if (why < PT_FALLBACKS)
 		pt_count_fallback(pt, why);
 	return mode;
@@ -298,13 +598,17 @@ enum pt_mode pt_open_unfetched(struct passthrough *pt, fuse_ino_t ino,
 	*err = 0;
 	if (!g_atomic_int_get(&pt->enabled))
 		return PT_NONE;
-	return record_cached(pt, ino, etag, PT_FALLBACKS, backing_id, err);
+	return record_unbacked(pt, ino, etag, PT_CACHED, PT_FALLBACKS,
+			       backing_id, err);
 }
 
 enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
-		     const void *buf, gsize len, int *backing_id, int *err)
+		     GBytes *body, const void *buf, gsize len, int *backing_id,
+		     int *err)
 {
 	enum pt_fallback why = PT_FB_CACHED;
+	struct pt_memfd kept, spare_memfd = { .fd = -1, .size = 0 };
+	GBytes *held = NULL, *spare_body = NULL;
 	struct pt_node *n;
 	int fresh, spare = -1;
 	enum pt_mode mode;
@@ -332,6 +636,12 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 		pt_count_fallback(pt, PT_FB_CACHED);
 		return PT_CACHED;
 	}
+	if (n->direct) {
+		n->direct++;
+		g_mutex_unlock(&pt->lock);
+		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
+		return PT_DIRECT;
+	}
 	if (n->passthrough) {
 		n->passthrough++;
 		*backing_id = n->backing_id;
@@ -343,26 +653,41 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 	g_mutex_unlock(&pt->lock);
 
 	if (!buf)
-		return record_cached(pt, ino, etag, PT_FB_MEMFD, backing_id,
-				     err);
+		return record_unbacked(pt, ino, etag, PT_CACHED, PT_FB_MEMFD,
+				       backing_id, err);
 	/* Outside the lock: another open of the node may get there first. */
-	fresh = make_backing(pt, buf, len, &why);
+	fresh = make_backing(pt, body, buf, len, &why, &kept, &held);
 	if (fresh < 0)
-		return record_cached(pt, ino, etag, why, backing_id, err);
+		return record_unbacked(pt, ino, etag, PT_CACHED, why,
+				       backing_id, err);
 	g_mutex_lock(&pt->lock);
 	n = node_get(pt, ino);
 	if (is_stale(n, etag)) {
 		spare = fresh;
+		spare_memfd = kept;
+		spare_body = held;
 		mode = PT_NONE;
 	} else if (n->cached) {
 		n->cached++;
 		spare = fresh;
+		spare_memfd = kept;
+		spare_body = held;
 		mode = PT_CACHED;
+	} else if (n->direct) {
+		n->direct++;
+		spare = fresh;
+		spare_memfd = kept;
+		spare_body = held;
+		mode = PT_DIRECT;
 	} else {
 		if (n->passthrough) {
 			spare = fresh;
+			spare_memfd = kept;
+			spare_body = held;
 		} else {
 			n->backing_id = fresh;
+			n->memfd = kept;
+			n->body = held;
 			n->etag = g_strdup(etag);
 		}
 		n->passthrough++;
@@ -373,18 +698,36 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 	g_mutex_unlock(&pt->lock);
 	if (spare >= 0)
 		close_backing(pt, spare);
+	if (spare_memfd.fd >= 0)
+		release_live(pt, spare_memfd);
+	if (spare_body)
+		g_bytes_unref(spare_body);
 	if (mode == PT_NONE)
 		return refuse_stale(pt, err);
 	if (mode == PT_CACHED)
 		pt_count_fallback(pt, PT_FB_CACHED);
-	else
+	else if (mode == PT_PASSTHROUGH)
 		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
+	else if (mode == PT_DIRECT)
+		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
 	return mode;
+}
+
+enum pt_mode pt_open_direct(struct passthrough *pt, fuse_ino_t ino,
+			    const char *etag, int *backing_id, int *err)
+{
+	*err = 0;
+	if (!g_atomic_int_get(&pt->enabled))
+		return PT_NONE;
+	return record_unbacked(pt, ino, etag, PT_DIRECT, PT_FALLBACKS,
+			       backing_id, err);
 }
 
 void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 {
 	guint64 key = ino;
+	struct pt_memfd idle = { .fd = -1, .size = 0 };
+	GBytes *body = NULL;
 	struct pt_node *n;
 	int close_id = -1;
 
@@ -394,10 +737,15 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 	n = g_hash_table_lookup(pt->nodes, &key);
 	if (n && mode == PT_CACHED && n->cached) {
 		n->cached--;
+	} else if (n && mode == PT_DIRECT && n->direct) {
+		n->direct--;
 	} else if (n && mode == PT_PASSTHROUGH && n->passthrough) {
 		if (--n->passthrough == 0) {
 			close_id = n->backing_id;
 			n->backing_id = -1;
+			idle = n->memfd;
+			n->memfd.fd = -1;
+			body = g_steal_pointer(&n->body);
 			g_clear_pointer(&n->etag, g_free);
 		}
 	}
@@ -409,6 +757,12 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 	/* After the lock: a new open makes its own backing file. */
 	if (close_id >= 0)
 		close_backing(pt, close_id);
+	/* Reused only once no reader holds it (pool_take(), and the body's
+	 * pool: bufpool_new_shared()). */
+	if (idle.fd >= 0)
+		release_live(pt, idle);
+	if (body)
+		g_bytes_unref(body);
 }
 
 void pt_get_stats(struct passthrough *pt, struct pt_stats *out)
@@ -418,6 +772,16 @@ void pt_get_stats(struct passthrough *pt, struct pt_stats *out)
 	out->on = pt_on(pt);
 	out->opens = __atomic_load_n(&pt->opens, __ATOMIC_RELAXED);
 	out->stale = __atomic_load_n(&pt->stale, __ATOMIC_RELAXED);
+	out->direct = __atomic_load_n(&pt->direct, __ATOMIC_RELAXED);
+	out->pooling = g_atomic_int_get(&pt->pooling);
+	out->memfds_made = __atomic_load_n(&pt->made, __ATOMIC_RELAXED);
+	out->memfds_reused = __atomic_load_n(&pt->reused, __ATOMIC_RELAXED);
+	out->memfds_busy = __atomic_load_n(&pt->busy, __ATOMIC_RELAXED);
+	out->bodies_lent = __atomic_load_n(&pt->lent, __ATOMIC_RELAXED);
+	g_mutex_lock(&pt->pool_lock);
+	out->memfds_idle = pt->idle->len;
+	out->memfds_idle_bytes = pt->idle_bytes;
+	g_mutex_unlock(&pt->pool_lock);
 	for (i = 0; i < PT_FALLBACKS; i++)
 		out->fallbacks[i] =
 			__atomic_load_n(&pt->fallbacks[i], __ATOMIC_RELAXED);

@@ -56,13 +56,24 @@ enum pt_mode {
 	PT_NONE,   /* not recorded (passthrough off, or not fetched whole) */
 	PT_CACHED, /* cached, recorded */
 	PT_PASSTHROUGH, /* passthrough, recorded */
+	PT_DIRECT,	/* direct_io, recorded: no passthrough open may start
+			 * while it lives (the kernel would fail this open) */
 };
 
 struct pt_stats {
-	gboolean on;   /* negotiated and not turned off */
-	guint64 opens; /* opens answered in passthrough */
-	guint64 stale; /* opens refused ESTALE (pt_open()) */
+	gboolean on;	/* negotiated and not turned off */
+	guint64 opens;	/* opens answered in passthrough */
+	guint64 stale;	/* opens refused ESTALE (pt_open()) */
+	guint64 direct; /* opens answered direct_io (pt_open_direct()) */
 	guint64 fallbacks[PT_FALLBACKS];
+	gboolean pooling;	   /* idle memfds are reused */
+	guint64 memfds_made;	   /* memfd_create() calls */
+	guint64 memfds_reused;	   /* memfds taken from the pool */
+	guint64 memfds_busy;	   /* idle memfds a reader still held */
+	guint64 memfds_idle;	   /* in the pool now */
+	guint64 memfds_idle_bytes; /* their sizes */
+	guint64 bodies_lent;	   /* opens whose backing file is the GET's
+				    * own body (no copy) */
 };
 
 struct passthrough;
@@ -91,12 +102,23 @@ const char *pt_probe(struct passthrough *pt);
 /* Whether opens may pass through.  Any thread. */
 gboolean pt_on(struct passthrough *pt);
 
+/* Whether a memfd lent to the kernel can be known free of readers again
+ * (pt_probe() asked the kernel's leases), so that its pages are reused:
+ * memfds of the pool, and GET bodies lent as backing files
+ * (bufpool_new_shared()).  Any thread. */
+gboolean pt_reuses_memfds(struct passthrough *pt);
+
 /*
  * Decides how the open of node @ino, whose whole object (ETag @etag) is
  * @buf (@len bytes; NULL if its bytes are not the whole object: no memfd
  * is made of them, counted as PT_FB_MEMFD), is answered, and records it:
- * PT_PASSTHROUGH with *@backing_id to put in the reply, PT_CACHED, or
- * PT_NONE when passthrough is off (nothing recorded).  PT_NONE with
+ * PT_PASSTHROUGH with *@backing_id to put in the reply, PT_CACHED,
+ * PT_DIRECT (the node has direct_io opens: pt_open_direct()), or
+ * PT_NONE when passthrough is off (nothing recorded).  @body, if not
+ * NULL, holds the same bytes as the GET's body: if its memory is a memfd
+ * (bufpool_bytes_lend()), that is the backing file, held until the node's
+ * last RELEASE, and nothing is copied; else the bytes are written into a
+ * memfd.  PT_NONE with
  * ESTALE in *@err (else 0) refuses the open: the node is open in
  * passthrough from another object than @etag's (the index was refreshed,
  * SIGHUP, and the key's object changed while a reader held the file), and
@@ -106,7 +128,8 @@ gboolean pt_on(struct passthrough *pt);
  * ioctl.
  */
 enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
-		     const void *buf, gsize len, int *backing_id, int *err);
+		     GBytes *body, const void *buf, gsize len, int *backing_id,
+		     int *err);
 
 /*
  * The same for an open of an index file that is not fetched whole (empty,
@@ -117,6 +140,19 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
  */
 enum pt_mode pt_open_unfetched(struct passthrough *pt, fuse_ino_t ino,
 			       const char *etag, int *backing_id, int *err);
+
+/*
+ * The same for an open of a file fetched whole whose object is not here
+ * yet: it is answered at once with direct_io, and its READs wait for the
+ * GET, so that the reader's open overlaps it and the daemon copies each
+ * READ into the reader's buffer as the bytes arrive (a passthrough open
+ * would wait for the whole object, then leave the copy to the reader).
+ * Recorded as PT_DIRECT; or PT_PASSTHROUGH with *@backing_id if the node
+ * is in passthrough already (the kernel refuses any other open of it); or
+ * refused as pt_open().  PT_NONE when passthrough was never negotiated.
+ */
+enum pt_mode pt_open_direct(struct passthrough *pt, fuse_ino_t ino,
+			    const char *etag, int *backing_id, int *err);
 
 /* Counts a fallback. */
 void pt_count_fallback(struct passthrough *pt, enum pt_fallback why);

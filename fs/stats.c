@@ -14,6 +14,12 @@ static void add_uint(JsonBuilder *b, const char *name, guint64 v)
 	json_builder_add_int_value(b, (gint64)MIN(v, (guint64)G_MAXINT64));
 }
 
+static void add_bool(JsonBuilder *b, const char *name, gboolean v)
+{
+	json_builder_set_member_name(b, name);
+	json_builder_add_boolean_value(b, v);
+}
+
 static void add_double(JsonBuilder *b, const char *name, double v)
 {
 	json_builder_set_member_name(b, name);
@@ -39,8 +45,7 @@ static void add_endpoints(JsonBuilder *b, struct http *http)
 		add_uint(b, "hedges", es[i].hedges);
 		add_uint(b, "ejections", es[i].ejections);
 		add_uint(b, "inflight", es[i].inflight);
-		json_builder_set_member_name(b, "ejected");
-		json_builder_add_boolean_value(b, es[i].ejected);
+		add_bool(b, "ejected", es[i].ejected);
 		add_double(b, "p50_ms", es[i].p50_ms);
 		add_double(b, "p99_ms", es[i].p99_ms);
 		json_builder_end_object(b);
@@ -155,10 +160,20 @@ static void add_passthrough(JsonBuilder *b, const struct pt_stats *pt)
 
 	json_builder_set_member_name(b, "passthrough");
 	json_builder_begin_object(b);
-	json_builder_set_member_name(b, "on");
-	json_builder_add_boolean_value(b, pt->on);
+	add_bool(b, "on", pt->on);
 	add_uint(b, "opens", pt->opens);
 	add_uint(b, "stale", pt->stale);
+	add_uint(b, "direct", pt->direct);
+	json_builder_set_member_name(b, "memfds");
+	json_builder_begin_object(b);
+	add_bool(b, "reused_when_idle", pt->pooling);
+	add_uint(b, "made", pt->memfds_made);
+	add_uint(b, "reused", pt->memfds_reused);
+	add_uint(b, "busy", pt->memfds_busy);
+	add_uint(b, "idle", pt->memfds_idle);
+	add_uint(b, "idle_bytes", pt->memfds_idle_bytes);
+	add_uint(b, "bodies_lent", pt->bodies_lent);
+	json_builder_end_object(b);
 	json_builder_set_member_name(b, "fallbacks");
 	json_builder_begin_object(b);
 	for (i = 0; i < PT_FALLBACKS; i++)

@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """FUSE passthrough of files fetched whole (fs/passthrough.h), asked for
-with -o passthrough=auto (off by default): on a kernel that offers it
+with -o passthrough=always or auto (off by default): on a kernel that offers it
 (Linux >= 6.9 built with CONFIG_FUSE_PASSTHROUGH) and with
 CAP_SYS_ADMIN, INIT negotiates it and says so; a small file's open is
 answered in passthrough from a memfd (counted in user.bucketfs.stats) and
 its reads and mappings never reach the daemon, byte-exact; two processes
 holding the same file open at once, and many opening it at the same
-moment, all pass through with the node's one backing file; a file opened
+moment, all pass through with the node's one backing file; the GET's
+body is the backing file, and idle memfds are reused, never while a
+reader still maps one; auto passes through only what is here at open,
+the rest direct_io, never both ways at once on a node; a file opened
 while the node is open in cached mode (the first open fell back: its
 memfd could not be made) is opened cached too, counted, with the right
 bytes, and passes through again once those are closed; the default,
@@ -98,6 +101,9 @@ class PassthroughTest(harness.MountCase):
         cls.objects["empty.bin"] = b""
         cls.objects["same.bin"] = rnd.randbytes(200_003)
         cls.objects["grows.bin"] = rnd.randbytes(150_001)
+        # Below BUFPOOL_HEAP_MAX: bodies of the heap, written into memfds.
+        for i in range(3):
+            cls.objects[f"s{i}.bin"] = rnd.randbytes(20_000 + i * 777)
         for k, v in cls.objects.items():
             harness.put_object(cls.server.url, "ptfs", k, v)
         cls.idx = os.path.join(cls.tmp, "pt.idx")
@@ -107,7 +113,7 @@ class PassthroughTest(harness.MountCase):
     def build_index(cls):
         harness.build_index(cls.server.url, "ptfs", cls.idx)
 
-    def mount(self, *opts, pt="passthrough=auto"):
+    def mount(self, *opts, pt="passthrough=always"):
         log = os.path.join(self.tmp, f"m{time.monotonic_ns()}.log")
         m = Mount("s3://ptfs", self.server.url, self.idx,
                   *([pt] if pt else []), *opts, log=log)
@@ -205,7 +211,9 @@ class PassthroughTest(harness.MountCase):
 
     def test_open_while_open_cached(self):
         m = self.mount()
-        name = "f1.bin"
+        # A small file: its body is on the heap, not a memfd of its own,
+        # so its open needs a new memfd (the pool is empty).
+        name = "s1.bin"
         # Fetched ahead, so that its open needs no socket.
         os.setxattr(m.dir, "user.bucketfs.prefetch", name.encode())
         deadline = time.monotonic() + 20
@@ -257,6 +265,98 @@ class PassthroughTest(harness.MountCase):
                 break
             self.assertLess(time.monotonic(), deadline, self.pt(m))
             time.sleep(0.05)
+        self.unmount(m)
+
+    def test_memfds_reused_and_mappings_kept(self):
+        """A file's GET body is its backing file (lent, no copy); a small
+        one's bytes, from the heap, go into a memfd of the pool, reused for
+        the next file whatever its size.  Neither is written again while a
+        reader still maps it after closing the file: the mappings keep
+        their bytes while other files of other sizes churn both."""
+        m = self.mount()
+        self.assertTrue(m.wait_output("FUSE_PASSTHROUGH negotiated"),
+                        m.output())
+        names = [f"f{i}.bin" for i in range(6)] + \
+            [f"s{i}.bin" for i in range(3)]
+        for _ in range(3):
+            for name in names:
+                self.assertEqual(read_all(m.path(name)), self.objects[name])
+        memfds = self.pt(m)["memfds"]
+        if not memfds["reused_when_idle"]:
+            self.assertIn("each file gets a new memfd", m.output())
+        else:
+            self.assertEqual(memfds["bodies_lent"], 18, memfds)
+            # Sequential opens of the small files: one memfd, reused.
+            self.assertLessEqual(memfds["made"], 2, memfds)
+            self.assertGreaterEqual(memfds["reused"], 7, memfds)
+        maps = []
+        try:
+            for name in ("f0.bin", "f5.bin", "s0.bin", "s2.bin"):
+                with open(m.path(name), "rb") as f:
+                    maps.append((name, mmap.mmap(
+                        f.fileno(), 0, flags=mmap.MAP_SHARED,
+                        prot=mmap.PROT_READ)))
+            # Closed, mapped: the pools go on around them.
+            for _ in range(4):
+                for name in reversed(names):
+                    self.assertEqual(read_all(m.path(name)),
+                                     self.objects[name])
+            for name, mm in maps:
+                self.assertTrue(mm[:] == self.objects[name],
+                                f"the mapping of {name} changed")
+        finally:
+            for _, mm in maps:
+                mm.close()
+        for name in names:
+            self.assertEqual(read_all(m.path(name)), self.objects[name])
+        pt = self.pt(m)
+        self.assertEqual(sum(pt["fallbacks"].values()), 0, pt)
+        self.assertEqual(pt["direct"], 0, pt)
+        self.assertLessEqual(pt["memfds"]["idle"], 128, pt)
+        self.unmount(m)
+
+    def fetch_ahead(self, m, name):
+        """Announces @name and waits until its object is here."""
+        before = self.stats(m)["readahead"]["objects_fetched"]
+        os.setxattr(m.dir, "user.bucketfs.prefetch", name.encode())
+        deadline = time.monotonic() + 20
+        while self.stats(m)["readahead"]["objects_fetched"] <= before or \
+                self.stats(m)["readahead"]["memory_used"] < \
+                len(self.objects[name]):
+            self.assertLess(time.monotonic(), deadline)
+            time.sleep(0.05)
+        time.sleep(0.3)  # its GET done, its buffer held
+
+    def test_auto_passes_through_what_is_here(self):
+        """passthrough=auto: a file whose object is still to be fetched is
+        opened direct_io (the open returns before its GET); one fetched
+        ahead passes through; while a node is open direct_io, its other
+        opens are too, even once its object is here (the kernel refuses a
+        direct_io open of a node in passthrough)."""
+        m = self.mount(pt="passthrough=auto")
+        self.assertTrue(m.wait_output("FUSE_PASSTHROUGH negotiated"),
+                        m.output())
+        self.assertEqual(read_all(m.path("f0.bin")), self.objects["f0.bin"])
+        pt = self.pt(m)
+        self.assertEqual((pt["direct"], pt["opens"]), (1, 0), pt)
+
+        self.fetch_ahead(m, "f1.bin")
+        with open(m.path("f1.bin"), "rb") as f:
+            with mmap.mmap(f.fileno(), 0, flags=mmap.MAP_SHARED,
+                           prot=mmap.PROT_READ) as mm:
+                self.assertEqual(mm[:], self.objects["f1.bin"])
+        pt = self.pt(m)
+        self.assertEqual((pt["direct"], pt["opens"]), (1, 1), pt)
+
+        with open(m.path("f2.bin"), "rb", buffering=0) as held:
+            self.assertEqual(held.read(), self.objects["f2.bin"])
+            # Its object is here now, but the node is open direct_io.
+            for _ in range(3):
+                self.assertEqual(read_all(m.path("f2.bin")),
+                                 self.objects["f2.bin"])
+            pt = self.pt(m)
+            self.assertEqual((pt["direct"], pt["opens"]), (5, 1), pt)
+        self.assertEqual(sum(pt["fallbacks"].values()), 0, pt)
         self.unmount(m)
 
     def test_refresh_while_held_open(self):
@@ -332,6 +432,8 @@ class PassthroughTest(harness.MountCase):
         for pt, opts, why in (
                 (None, (), "off unless -o passthrough=auto"),
                 ("passthrough=off", (), "off unless -o passthrough=auto"),
+                ("passthrough=auto", ("direct_io=all",),
+                 "direct_io= is small or all"),
                 ("passthrough=auto", ("direct_io=small",),
                  "direct_io= is small or all")):
             with self.subTest(pt=pt, opts=opts):

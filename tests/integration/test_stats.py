@@ -62,8 +62,12 @@ class StatsTest(harness.MountCase):
         self.assertEqual(set(s["readahead"]), set(READAHEAD))
         self.assertEqual(set(s["streams"]), set(STREAMS))
         self.assertEqual(set(s["files"]), {"reads", "handed_over"})
-        self.assertEqual(set(s["passthrough"]), {"on", "opens", "stale",
-                                                "fallbacks"})
+        self.assertEqual(set(s["passthrough"]),
+                         {"on", "opens", "stale", "direct", "memfds",
+                          "fallbacks"})
+        self.assertEqual(set(s["passthrough"]["memfds"]),
+                         {"reused_when_idle", "made", "reused", "busy",
+                          "idle", "idle_bytes", "bodies_lent"})
         self.assertIsInstance(s["passthrough"]["on"], bool)
         self.assertIsInstance(s["passthrough"]["opens"], int)
         self.assertIsInstance(s["passthrough"]["stale"], int)
