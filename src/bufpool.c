@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 /* Four classes per doubling: n pages to the class index and back.
@@ -74,6 +75,28 @@ struct shared_map {
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static GHashTable *shared_maps; /* protected by shared_lock: data -> map */
 
+/* Each shared mapping holds a descriptor while it lives, out or idle; the
+ * sockets' budget counts on half of RLIMIT_NOFILE, so these take at most
+ * a quarter of it, and SHARED_MAX: past that, bodies are anonymous
+ * memory, copied into a memfd when lent. */
+#define SHARED_MAX 4096u
+
+static guint shared_limit(void)
+{
+	static gsize limit;
+
+	if (g_once_init_enter(&limit)) {
+		struct rlimit rl;
+		gsize l = SHARED_MAX;
+
+		if (getrlimit(RLIMIT_NOFILE, &rl) == 0 &&
+		    rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur / 4 < l)
+			l = (gsize)(rl.rlim_cur / 4);
+		g_once_init_leave(&limit, l + 1); /* never 0 */
+	}
+	return (guint)(limit - 1);
+}
+
 static struct shared_map *shared_lookup(const void *data)
 {
 	struct shared_map *m = NULL;
@@ -115,11 +138,17 @@ gboolean bufpool_memfd_alone(int fd)
  * maps anonymous memory instead). */
 static guint8 *map_shared(struct bufpool *pool, gsize size)
 {
-	gboolean leasable;
-	int fd = bufpool_memfd_new("bucketfs-body", &leasable);
+	gboolean leasable, full;
+	int fd;
 	struct shared_map *m;
 	void *p;
 
+	pthread_mutex_lock(&shared_lock);
+	full = shared_maps && g_hash_table_size(shared_maps) >= shared_limit();
+	pthread_mutex_unlock(&shared_lock);
+	if (full)
+		return NULL;
+	fd = bufpool_memfd_new("bucketfs-body", &leasable);
 	if (fd < 0)
 		return NULL;
 	if (!leasable || ftruncate(fd, (off_t)size) != 0) {

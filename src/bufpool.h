@@ -59,8 +59,10 @@ struct bufpool *bufpool_new(gsize idle_max);
  * the daemon.  A body whose memfd was lent is reused only once no other
  * file of it is open (a write lease is granted: the kernel counts every
  * open, and a reader's mapping holds its open file); else it is dropped.
- * Where a memfd cannot be made or opened again through /proc, a mapping
- * is anonymous, as in bufpool_new(), and cannot be lent.
+ * Where a memfd cannot be made or opened again through /proc, or past
+ * 4,096 shared mappings at once (or a quarter of RLIMIT_NOFILE: each
+ * holds a descriptor), a mapping is anonymous, as in bufpool_new(), and
+ * cannot be lent.
  */
 struct bufpool *bufpool_new_shared(gsize idle_max);
 
