@@ -75,6 +75,12 @@ struct shared_map {
 static pthread_mutex_t shared_lock = PTHREAD_MUTEX_INITIALIZER;
 static GHashTable *shared_maps; /* protected by shared_lock: data -> map */
 
+/* The shared mapping at @data, or NULL.  Under shared_lock. */
+static struct shared_map *shared_at(const void *data)
+{
+	return shared_maps ? g_hash_table_lookup(shared_maps, data) : NULL;
+}
+
 /* Each shared mapping holds a descriptor while it lives, out or idle; the
  * sockets' budget counts on half of RLIMIT_NOFILE, so these take at most
  * a quarter of it, and SHARED_MAX: past that, bodies are anonymous
@@ -95,17 +101,6 @@ static guint shared_limit(void)
 		g_once_init_leave(&limit, l + 1); /* never 0 */
 	}
 	return (guint)(limit - 1);
-}
-
-static struct shared_map *shared_lookup(const void *data)
-{
-	struct shared_map *m = NULL;
-
-	pthread_mutex_lock(&shared_lock);
-	if (shared_maps)
-		m = g_hash_table_lookup(shared_maps, data);
-	pthread_mutex_unlock(&shared_lock);
-	return m;
 }
 
 int bufpool_memfd_new(const char *name, gboolean *leasable)
@@ -177,11 +172,9 @@ static void unmap(guint8 *data, gsize cap)
 	struct shared_map *m = NULL;
 
 	pthread_mutex_lock(&shared_lock);
-	if (shared_maps) {
-		m = g_hash_table_lookup(shared_maps, data);
-		if (m)
-			g_hash_table_remove(shared_maps, data);
-	}
+	m = shared_at(data);
+	if (m)
+		g_hash_table_remove(shared_maps, data);
 	pthread_mutex_unlock(&shared_lock);
 	munmap(data, cap);
 	if (m) {
@@ -278,14 +271,27 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
  * was lent, is open nowhere else, and is its whole size again. */
 static gboolean reusable(struct bufpool *pool, struct bufpool_buf *b)
 {
-	struct shared_map *m = pool->shared ? shared_lookup(b->data) : NULL;
+	struct shared_map *m;
+	gboolean lent = FALSE;
+	int fd = -1;
 
-	if (!m || !m->lent)
+	if (!pool->shared)
 		return TRUE;
-	/* The record is the caller's: nobody else touches @m now. */
-	if (!bufpool_memfd_alone(m->fd) || ftruncate(m->fd, (off_t)b->cap))
+	pthread_mutex_lock(&shared_lock);
+	m = shared_at(b->data);
+	if (m) {
+		lent = m->lent;
+		fd = m->fd;
+	}
+	pthread_mutex_unlock(&shared_lock);
+	if (!lent)
+		return TRUE;
+	/* The record is the caller's: nobody lends it meanwhile. */
+	if (!bufpool_memfd_alone(fd) || ftruncate(fd, (off_t)b->cap))
 		return FALSE;
+	pthread_mutex_lock(&shared_lock);
 	m->lent = FALSE;
+	pthread_mutex_unlock(&shared_lock);
 	return TRUE;
 }
 
@@ -449,8 +455,7 @@ GBytes *bufpool_buf_free_to_bytes(struct bufpool_buf *b)
 	}
 	if (!b->heap && b->pool->shared) {
 		pthread_mutex_lock(&shared_lock);
-		m = shared_maps ? g_hash_table_lookup(shared_maps, b->data)
-				: NULL;
+		m = shared_at(b->data);
 		if (m)
 			m->len = b->len;
 		pthread_mutex_unlock(&shared_lock);
@@ -470,8 +475,7 @@ int bufpool_bytes_lend(GBytes *bytes)
 	if (!data || !len)
 		return -1;
 	pthread_mutex_lock(&shared_lock);
-	if (shared_maps)
-		m = g_hash_table_lookup(shared_maps, data);
+	m = shared_at(data);
 	/* Only the whole body: a shorter slice would cut the others'. */
 	if (m && m->len == len) {
 		m->lent = TRUE;
