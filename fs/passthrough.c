@@ -241,9 +241,11 @@ static gboolean write_all(int fd, const guint8 *buf, gsize len)
 
 /*
  * Why a memfd's pages cannot be reused safely here, or NULL if they can.
- * A reader's open file in passthrough, and any mapping of it (which
- * outlives the file's RELEASE: the kernel maps the backing file itself),
- * hold a read-only backing file of the memfd's inode; the kernel refuses
+ * A reader's open file in passthrough, and any mapping of it (which may
+ * outlive the file's RELEASE where the kernel maps the backing file in
+ * its place; Linux 6.18 sends the RELEASE only at munmap()), hold a
+ * read-only backing file of the memfd's inode, whose last fput() may also
+ * come a moment after the RELEASE; the kernel refuses
  * a write lease on a file open elsewhere (Linux counts read-only opens
  * for leases since 5.3), so a granted lease proves that no reader still
  * sees the memfd.  Checked here with a second, read-only open of a
