@@ -230,10 +230,11 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 }
 
 /*
- * With passthrough on and direct_io=auto, how an open of a file fetched
- * whole (@f: direct_io so far) is answered: if its object is here already
- * (fetched ahead), in passthrough from it (f->direct_io cleared, the
- * caller goes on to fetch it whole, at once); if not, with direct_io,
+ * With passthrough negotiated and direct_io=auto, how an open of a file
+ * fetched whole (@f: direct_io so far) is answered: if its object is here
+ * already (fetched ahead) and passthrough is on, in passthrough from it
+ * (f->direct_io cleared, the caller goes on to fetch it whole, at once);
+ * if not, with direct_io,
  * recorded so that no passthrough open of the node starts meanwhile, or
  * in passthrough if the node is already (pt_open_direct()).  Returns
  * FALSE if it answered the open (refused, or joined the node's backing
@@ -247,11 +248,13 @@ static gboolean direct_or_here(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	GBytes *here = readahead_peek_whole(h->rf, &alone);
 	int id = -1, err;
 
-	if (here) {
+	if (here && pt_on(fs->pt)) {
 		g_bytes_unref(here);
 		f->direct_io = 0;
 		return TRUE;
 	}
+	if (here)
+		g_bytes_unref(here);
 	h->ino = ino;
 	h->pt_mode = pt_open_direct(fs->pt, ino, etag, &id, &err);
 	if (refused(req, fs, h, err))
@@ -271,9 +274,11 @@ void open_answer(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	int id = -1, err = 0;
 
 	f.direct_io = bypasses_page_cache(fs, size);
+	/* Negotiated, even if turned off since: a node may still be in
+	 * passthrough, and a direct_io open of it would fail. */
 	if (f.direct_io && fs->opts.direct_io == FS_DIRECT_IO_AUTO &&
-	    pt_on(fs->pt) && !is_overlay(ino)) {
-		if (fs->opts.passthrough_always)
+	    pt_negotiated(fs->pt) && !is_overlay(ino)) {
+		if (fs->opts.passthrough_always && pt_on(fs->pt))
 			f.direct_io = 0;
 		else if (!direct_or_here(req, fs, ino, h, &f, etag))
 			return;

@@ -194,6 +194,11 @@ gboolean pt_on(struct passthrough *pt)
 	return g_atomic_int_get(&pt->on);
 }
 
+gboolean pt_negotiated(struct passthrough *pt)
+{
+	return g_atomic_int_get(&pt->enabled);
+}
+
 gboolean pt_reuses_memfds(struct passthrough *pt)
 {
 	return g_atomic_int_get(&pt->pooling);

@@ -102,6 +102,10 @@ const char *pt_probe(struct passthrough *pt);
 /* Whether opens may pass through.  Any thread. */
 gboolean pt_on(struct passthrough *pt);
 
+/* Whether INIT negotiated passthrough, on or turned off since: nodes may
+ * be in passthrough, and opens are recorded.  Any thread. */
+gboolean pt_negotiated(struct passthrough *pt);
+
 /* Whether a memfd lent to the kernel can be known free of readers again
  * (pt_probe() asked the kernel's leases), so that its pages are reused:
  * memfds of the pool, and GET bodies lent as backing files
