@@ -4,9 +4,7 @@
  * see passthrough.h.
  */
 #include <errno.h>
-#include <fcntl.h>
 #include <stdint.h>
-#include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -145,14 +143,24 @@ void pt_disable(struct passthrough *pt)
 	g_atomic_int_set(&pt->on, 0);
 }
 
-static const char *probe_leases(void);
-
-/* Turns the pool of memfds on where the kernel's leases tell when a
- * memfd is free (probe_leases()); says which, once. */
+/*
+ * Turns the pool of memfds on where the kernel's leases tell when a
+ * memfd is free (bufpool_memfd_probe()); says which, once.  A reader's
+ * open file in passthrough, and any mapping of it (which may outlive the
+ * file's RELEASE where the kernel maps the backing file in its place;
+ * Linux 6.18 sends the RELEASE only at munmap()), hold a read-only
+ * backing file of the memfd's inode, whose last fput() may also come a
+ * moment after the RELEASE; a granted write lease proves that no reader
+ * still sees the memfd.
+ */
 static void probe_pool(struct passthrough *pt)
 {
-	const char *why = probe_leases();
+	int err;
+	const char *why = bufpool_memfd_probe(&err);
 
+	if (err)
+		log_msg(LOG_LEVEL_DEBUG, "FUSE passthrough: lease probe: %s",
+			g_strerror(err));
 	g_atomic_int_set(&pt->pooling, why == NULL);
 	if (why)
 		log_msg(LOG_LEVEL_INFO,
@@ -209,6 +217,19 @@ void pt_count_fallback(struct passthrough *pt, enum pt_fallback why)
 	__atomic_add_fetch(&pt->fallbacks[why], 1, __ATOMIC_RELAXED);
 }
 
+/* Counts an open answered as @mode: a cached one as fallback @why
+ * (PT_FALLBACKS: none). */
+static void count_open(struct passthrough *pt, enum pt_mode mode,
+		       enum pt_fallback why)
+{
+	if (mode == PT_PASSTHROUGH)
+		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
+	else if (mode == PT_DIRECT)
+		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
+	else if (mode == PT_CACHED && why < PT_FALLBACKS)
+		pt_count_fallback(pt, why);
+}
+
 static void close_backing(struct passthrough *pt, int id)
 {
 	uint32_t u = (uint32_t)id;
@@ -244,56 +265,6 @@ static gboolean write_all(int fd, const guint8 *buf, gsize len)
 
 /* -- the pool of memfds ------------------------------------------------ */
 
-/*
- * Why a memfd's pages cannot be reused safely here, or NULL if they can.
- * A reader's open file in passthrough, and any mapping of it (which may
- * outlive the file's RELEASE where the kernel maps the backing file in
- * its place; Linux 6.18 sends the RELEASE only at munmap()), hold a
- * read-only backing file of the memfd's inode, whose last fput() may also
- * come a moment after the RELEASE; the kernel refuses
- * a write lease on a file open elsewhere (Linux counts read-only opens
- * for leases since 5.3), so a granted lease proves that no reader still
- * sees the memfd.  Checked here with a second, read-only open of a
- * memfd through /proc.
- */
-static const char *probe_leases(void)
-{
-	char path[64];
-	gboolean leasable;
-	int fd = bufpool_memfd_new("bucketfs-probe", &leasable);
-	int ro, err = 0;
-	const char *why = NULL;
-
-	if (fd < 0)
-		return "memfd_create() failed";
-	if (!leasable) {
-		close(fd);
-		return "a memfd could not be opened again through /proc";
-	}
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	ro = open(path, O_RDONLY | O_CLOEXEC);
-	if (ro < 0) {
-		why = "a memfd could not be opened again through /proc";
-	} else if (fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
-		why = "the kernel granted a write lease on a file open "
-		      "elsewhere read-only";
-	} else if (errno != EAGAIN) {
-		err = errno;
-		why = "a write lease could not be asked for";
-	}
-	if (ro >= 0)
-		close(ro);
-	if (!why && !bufpool_memfd_alone(fd)) {
-		err = errno;
-		why = "a write lease on a memfd open nowhere else was refused";
-	}
-	close(fd);
-	if (err)
-		log_msg(LOG_LEVEL_DEBUG, "FUSE passthrough: lease probe: %s",
-			g_strerror(err));
-	return why;
-}
-
 /* Puts idle memfd @m in the pool, as its newest or (@oldest) its oldest,
  * or closes it if the pool is off; memfds past the pool's bounds are
  * closed, the oldest first. */
@@ -306,7 +277,6 @@ static void pool_put(struct passthrough *pt, struct pt_memfd m, gboolean oldest)
 		close(m.fd);
 		return;
 	}
-	evict = g_array_new(FALSE, FALSE, sizeof(struct pt_memfd));
 	g_mutex_lock(&pt->pool_lock);
 	while (pt->idle->len && (pt->idle->len >= POOL_FDS ||
 				 pt->idle_bytes + m.size > POOL_BYTES)) {
@@ -314,6 +284,9 @@ static void pool_put(struct passthrough *pt, struct pt_memfd m, gboolean oldest)
 
 		g_array_remove_index(pt->idle, 0);
 		pt->idle_bytes -= e.size;
+		if (!evict)
+			evict = g_array_new(FALSE, FALSE,
+					    sizeof(struct pt_memfd));
 		g_array_append_val(evict, e);
 	}
 	if (oldest)
@@ -323,7 +296,7 @@ static void pool_put(struct passthrough *pt, struct pt_memfd m, gboolean oldest)
 	pt->idle_bytes += m.size;
 	g_mutex_unlock(&pt->pool_lock);
 	/* Outside the lock: the last close frees the pages. */
-	for (i = 0; i < evict->len; i++)
+	for (i = 0; evict && i < evict->len; i++)
 		close(g_array_index(evict, struct pt_memfd, i).fd);
 }
 
@@ -358,7 +331,7 @@ static gboolean pool_pop(struct passthrough *pt, gsize len,
 
 /*
  * An idle memfd that no reader has open or mapped any more (a write lease
- * is granted on it; see probe_leases()), nearest @len bytes in size;
+ * is granted on it; see probe_pool()), nearest @len bytes in size;
  * FALSE if there is none.  One still held elsewhere goes back as the
  * pool's oldest.  A lease refused for another reason than EAGAIN turns
  * the pool off.
@@ -590,23 +563,26 @@ static enum pt_mode record_unbacked(struct passthrough *pt, fuse_ino_t ino,
 	}
 	node_check(n);
 	g_mutex_unlock(&pt->lock);
-	if (mode == PT_PASSTHROUGH)
-		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
-	else if (mode == PT_DIRECT)
-		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
-	else if (why < PT_FALLBACKS)
-		pt_count_fallback(pt, why);
+	count_open(pt, mode, why);
 	return mode;
+}
+
+/* record_unbacked() of an open that is no fallback, once negotiated. */
+static enum pt_mode record_if_negotiated(struct passthrough *pt, fuse_ino_t ino,
+					 const char *etag, enum pt_mode as,
+					 int *backing_id, int *err)
+{
+	*err = 0;
+	if (!g_atomic_int_get(&pt->enabled))
+		return PT_NONE;
+	return record_unbacked(pt, ino, etag, as, PT_FALLBACKS, backing_id,
+			       err);
 }
 
 enum pt_mode pt_open_unfetched(struct passthrough *pt, fuse_ino_t ino,
 			       const char *etag, int *backing_id, int *err)
 {
-	*err = 0;
-	if (!g_atomic_int_get(&pt->enabled))
-		return PT_NONE;
-	return record_unbacked(pt, ino, etag, PT_CACHED, PT_FALLBACKS,
-			       backing_id, err);
+	return record_if_negotiated(pt, ino, etag, PT_CACHED, backing_id, err);
 }
 
 enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
@@ -637,27 +613,25 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 		g_mutex_unlock(&pt->lock);
 		return refuse_stale(pt, err);
 	}
+	mode = PT_NONE;
 	if (n->cached) {
 		n->cached++;
-		g_mutex_unlock(&pt->lock);
-		pt_count_fallback(pt, PT_FB_CACHED);
-		return PT_CACHED;
-	}
-	if (n->direct) {
+		mode = PT_CACHED;
+	} else if (n->direct) {
 		n->direct++;
-		g_mutex_unlock(&pt->lock);
-		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
-		return PT_DIRECT;
-	}
-	if (n->passthrough) {
+		mode = PT_DIRECT;
+	} else if (n->passthrough) {
 		n->passthrough++;
 		*backing_id = n->backing_id;
-		g_mutex_unlock(&pt->lock);
-		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
-		return PT_PASSTHROUGH;
+		mode = PT_PASSTHROUGH;
+	} else {
+		node_maybe_drop(pt, ino, n);
 	}
-	node_maybe_drop(pt, ino, n);
 	g_mutex_unlock(&pt->lock);
+	if (mode != PT_NONE) {
+		count_open(pt, mode, PT_FB_CACHED);
+		return mode;
+	}
 
 	if (!buf)
 		return record_unbacked(pt, ino, etag, PT_CACHED, PT_FB_MEMFD,
@@ -711,23 +685,14 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 		g_bytes_unref(spare_body);
 	if (mode == PT_NONE)
 		return refuse_stale(pt, err);
-	if (mode == PT_CACHED)
-		pt_count_fallback(pt, PT_FB_CACHED);
-	else if (mode == PT_PASSTHROUGH)
-		__atomic_add_fetch(&pt->opens, 1, __ATOMIC_RELAXED);
-	else if (mode == PT_DIRECT)
-		__atomic_add_fetch(&pt->direct, 1, __ATOMIC_RELAXED);
+	count_open(pt, mode, PT_FB_CACHED);
 	return mode;
 }
 
 enum pt_mode pt_open_direct(struct passthrough *pt, fuse_ino_t ino,
 			    const char *etag, int *backing_id, int *err)
 {
-	*err = 0;
-	if (!g_atomic_int_get(&pt->enabled))
-		return PT_NONE;
-	return record_unbacked(pt, ino, etag, PT_DIRECT, PT_FALLBACKS,
-			       backing_id, err);
+	return record_if_negotiated(pt, ino, etag, PT_DIRECT, backing_id, err);
 }
 
 void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)

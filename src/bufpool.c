@@ -103,16 +103,23 @@ static guint shared_limit(void)
 	return (guint)(limit - 1);
 }
 
-int bufpool_memfd_new(const char *name, gboolean *leasable)
+/* @fd opened again through /proc, as an ordinary file, with @flags. */
+static int reopen(int fd, int flags)
 {
 	char path[64];
+
+	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
+	return open(path, flags | O_CLOEXEC);
+}
+
+int bufpool_memfd_new(const char *name, gboolean *leasable)
+{
 	int fd = memfd_create(name, MFD_CLOEXEC), rw;
 
 	*leasable = FALSE;
 	if (fd < 0)
 		return -1;
-	snprintf(path, sizeof(path), "/proc/self/fd/%d", fd);
-	rw = open(path, O_RDWR | O_CLOEXEC);
+	rw = reopen(fd, O_RDWR);
 	if (rw < 0)
 		return fd;
 	close(fd);
@@ -127,6 +134,38 @@ gboolean bufpool_memfd_alone(int fd)
 	/* Let go at once: nothing is to wait for it to be broken. */
 	(void)fcntl(fd, F_SETLEASE, F_UNLCK);
 	return TRUE;
+}
+
+const char *bufpool_memfd_probe(int *err)
+{
+	gboolean leasable;
+	int fd = bufpool_memfd_new("bucketfs-probe", &leasable);
+	int ro;
+	const char *why = NULL;
+
+	*err = 0;
+	if (fd < 0) {
+		*err = errno;
+		return "memfd_create() failed";
+	}
+	ro = leasable ? reopen(fd, O_RDONLY) : -1;
+	if (ro < 0) {
+		why = "a memfd could not be opened again through /proc";
+	} else if (fcntl(fd, F_SETLEASE, F_WRLCK) == 0) {
+		why = "the kernel granted a write lease on a file open "
+		      "elsewhere read-only";
+	} else if (errno != EAGAIN) {
+		*err = errno;
+		why = "a write lease could not be asked for";
+	}
+	if (ro >= 0)
+		close(ro);
+	if (!why && !bufpool_memfd_alone(fd)) {
+		*err = errno;
+		why = "a write lease on a memfd open nowhere else was refused";
+	}
+	close(fd);
+	return why;
 }
 
 /* A shared mapping of @size bytes of a new memfd, or NULL (the caller

@@ -80,6 +80,16 @@ int bufpool_memfd_new(const char *name, gboolean *leasable);
  * FALSE with errno (EAGAIN: another is open). */
 gboolean bufpool_memfd_alone(int fd);
 
+/*
+ * Why bufpool_memfd_alone() cannot be trusted here, or NULL if it can:
+ * it asks for a write lease on a memfd that a second, read-only open of
+ * it holds (refused, EAGAIN), then once that is closed (granted).  Linux
+ * counts read-only opens for leases since 5.3; without /proc, with
+ * fs.leases-enable 0, or on a kernel that does not count them, a reused
+ * memfd could still be read.  *@err: the errno behind it, or 0.
+ */
+const char *bufpool_memfd_probe(int *err);
+
 /* A pool lives while it is referenced or holds bodies that are out;
  * the last unref unmaps the idle ones.  Any thread. */
 struct bufpool *bufpool_ref(struct bufpool *pool);
