@@ -2275,8 +2275,14 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 			what |= CURL_CSELECT_IN;
 		if (ev[i].events & EPOLLOUT)
 			what |= CURL_CSELECT_OUT;
+		/* An error makes curl do its I/O, whatever it waits for:
+		 * given CURL_CSELECT_ERR alone (a reset seen by epoll_wait()
+		 * before the socket is closed: no EPOLLIN or EPOLLHUP yet),
+		 * curl fails with "select/poll returned error" and no errno,
+		 * where its recv() or send() would have reported the
+		 * socket's own error (ECONNRESET, say). */
 		if (ev[i].events & EPOLLERR)
-			what |= CURL_CSELECT_ERR;
+			what |= CURL_CSELECT_IN | CURL_CSELECT_OUT;
 		socket_action(l, ev[i].data.fd, what);
 	}
 	if (g_hash_table_size(l->unwatched) > 0) {

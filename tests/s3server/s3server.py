@@ -1125,10 +1125,16 @@ class Stats:
         with self.lock:
             self.requests[op] = self.requests.get(op, 0) + 1
 
-    def count_response(self, status, body_bytes):
+    def count_response(self, status):
+        # Counted before the response's first byte goes out: a client that
+        # has read a response and then asks for the statistics finds it
+        # there, with no race against the handler's thread.
         with self.lock:
             key = str(status)
             self.status[key] = self.status.get(key, 0) + 1
+
+    def count_sent(self, body_bytes):
+        with self.lock:
             self.bytes_sent += body_bytes
 
     def count_fault(self):
@@ -2115,6 +2121,8 @@ class S3Handler(BaseHTTPRequestHandler):
         elif kind == "bad_length" and resp.chunks is not None:
             limit, pad = min(length, body_len), max(0, length - body_len)
         sent = 0
+        if counted:
+            app.stats.count_response(resp.status)
         try:
             batch, batch_len = [head], len(head)
             for chunk in _limit_chunks(resp.chunks or (), limit):
@@ -2133,7 +2141,7 @@ class S3Handler(BaseHTTPRequestHandler):
             if close is not None:
                 close()
             if counted:
-                app.stats.count_response(resp.status, sent)
+                app.stats.count_sent(sent)
             self._log(resp.status, sent)
         if kind == "stall":
             app.stopping.wait(fault.seconds)
