@@ -25,30 +25,18 @@ struct pt_backing_map {
 #define PT_DEV_IOC_BACKING_OPEN	 _IOW(PT_DEV_IOC_MAGIC, 1, struct pt_backing_map)
 #define PT_DEV_IOC_BACKING_CLOSE _IOW(PT_DEV_IOC_MAGIC, 2, uint32_t)
 
-/* Idle memfds kept for their pages: at most this many, and bytes. */
-#define POOL_FDS   128
-#define POOL_BYTES (64u << 20)
-/* Memfds a backing id holds (the node's passthrough opens) that are kept
- * for the pool once closed; past this, they are closed at registration,
- * so that descriptors follow only the pool's bound and this one. */
-#define POOL_LIVE_MAX 1024
-/* How many idle memfds pool_take() looks at for the nearest size. */
-#define POOL_SCAN 8
-
-/* A memfd of the pool, and its size (its pages). */
-struct pt_memfd {
-	int fd;
-	gsize size;
-};
+/* Small bodies are copied into bodies of this size (one class, reused
+ * whatever the file's size), and at most this many are kept idle. */
+#define SMALL_BODY	BUFPOOL_HEAP_MAX
+#define SMALL_IDLE_MAX	(128 * SMALL_BODY)
 
 /* A node's opens the kernel may still hold. */
 struct pt_node {
-	int backing_id;	       /* registered while passthrough > 0 */
-	char *etag;	       /* its object's, while passthrough > 0 */
-	struct pt_memfd memfd; /* the backing file, kept for the pool; fd -1:
-				* not kept */
-	GBytes *body;	       /* or the object's body, whose memfd is the
-				* backing file (bufpool_bytes_lend()) */
+	int backing_id; /* registered while passthrough > 0 */
+	char *etag;	/* its object's, while passthrough > 0 */
+	GBytes *body;	/* whose memfd is the backing file, lent
+			 * (bufpool_bytes_lend()); NULL: a memfd of its
+			 * own, which the kernel alone holds */
 	guint passthrough;
 	guint cached;
 	guint direct; /* direct_io opens (pt_open_direct()) */
@@ -63,19 +51,13 @@ struct passthrough {
 	guint64 opens;	   /* atomic */
 	guint64 stale;	   /* atomic: opens refused ESTALE */
 	guint64 fallbacks[PT_FALLBACKS]; /* atomic */
-	/* The pool (pool_take()).  pool_lock is a leaf, taken after lock
-	 * or alone. */
-	GMutex pool_lock;
-	GArray *idle;	  /* protected by pool_lock: struct pt_memfd, the
-			   * newest last */
-	gsize idle_bytes; /* protected by pool_lock */
-	guint live;	  /* protected by pool_lock: kept by nodes */
-	gint pooling;	  /* atomic: leases see read-only opens (pt_probe) */
-	guint64 made;	  /* atomic: memfds created */
-	guint64 reused;	  /* atomic: memfds taken from the pool */
-	guint64 busy;	  /* atomic: idle memfds still open elsewhere */
-	guint64 lent;	  /* atomic: bodies lent as backing files */
-	guint64 direct;	  /* atomic: opens answered direct_io */
+	/* Bodies for the bytes of files not fetched into a body that can be
+	 * lent (make_backing()): a shared pool, set before pooling. */
+	struct bufpool *small;
+	gint pooling;	/* atomic: leases see read-only opens (pt_probe) */
+	guint64 made;	/* atomic: memfds of their own (new_memfd()) */
+	guint64 lent;	/* atomic: GET bodies lent as backing files */
+	guint64 direct; /* atomic: opens answered direct_io */
 };
 
 static const char *const fallback_names[PT_FALLBACKS] = {
@@ -94,8 +76,6 @@ static void node_free(gpointer p)
 {
 	struct pt_node *n = p;
 
-	if (n->memfd.fd >= 0)
-		close(n->memfd.fd);
 	if (n->body)
 		g_bytes_unref(n->body);
 	g_free(n->etag);
@@ -110,22 +90,16 @@ struct passthrough *pt_new(void)
 	pt->nodes = g_hash_table_new_full(g_int64_hash, g_int64_equal, g_free,
 					  node_free);
 	pt->dev_fd = -1;
-	g_mutex_init(&pt->pool_lock);
-	pt->idle = g_array_new(FALSE, FALSE, sizeof(struct pt_memfd));
 	return pt;
 }
 
 void pt_free(struct passthrough *pt)
 {
-	guint i;
-
 	if (!pt)
 		return;
 	g_hash_table_destroy(pt->nodes);
-	for (i = 0; i < pt->idle->len; i++)
-		close(g_array_index(pt->idle, struct pt_memfd, i).fd);
-	g_array_free(pt->idle, TRUE);
-	g_mutex_clear(&pt->pool_lock);
+	if (pt->small)
+		bufpool_unref(pt->small);
 	g_mutex_clear(&pt->lock);
 	g_free(pt);
 }
@@ -144,7 +118,8 @@ void pt_disable(struct passthrough *pt)
 }
 
 /*
- * Turns the pool of memfds on where the kernel's leases tell when a
+ * Turns reuse of memfds on (the pool of small bodies, and the GETs'
+ * bodies: readahead_share_bodies()) where the kernel's leases tell when a
  * memfd is free (bufpool_memfd_probe()); says which, once.  A reader's
  * open file in passthrough, and any mapping of it (which may outlive the
  * file's RELEASE where the kernel maps the backing file in its place;
@@ -161,6 +136,8 @@ static void probe_pool(struct passthrough *pt)
 	if (err)
 		log_msg(LOG_LEVEL_DEBUG, "FUSE passthrough: lease probe: %s",
 			g_strerror(err));
+	if (!why && !pt->small)
+		pt->small = bufpool_new_shared(SMALL_IDLE_MAX);
 	g_atomic_int_set(&pt->pooling, why == NULL);
 	if (why)
 		log_msg(LOG_LEVEL_INFO,
@@ -263,136 +240,6 @@ static gboolean write_all(int fd, const guint8 *buf, gsize len)
 	return TRUE;
 }
 
-/* -- the pool of memfds ------------------------------------------------ */
-
-/* Puts idle memfd @m in the pool, as its newest or (@oldest) its oldest,
- * or closes it if the pool is off; memfds past the pool's bounds are
- * closed, the oldest first. */
-static void pool_put(struct passthrough *pt, struct pt_memfd m, gboolean oldest)
-{
-	g_autoptr(GArray) evict = NULL;
-	guint i;
-
-	if (!g_atomic_int_get(&pt->pooling) || m.size > POOL_BYTES) {
-		close(m.fd);
-		return;
-	}
-	g_mutex_lock(&pt->pool_lock);
-	while (pt->idle->len && (pt->idle->len >= POOL_FDS ||
-				 pt->idle_bytes + m.size > POOL_BYTES)) {
-		struct pt_memfd e = g_array_index(pt->idle, struct pt_memfd, 0);
-
-		g_array_remove_index(pt->idle, 0);
-		pt->idle_bytes -= e.size;
-		if (!evict)
-			evict = g_array_new(FALSE, FALSE,
-					    sizeof(struct pt_memfd));
-		g_array_append_val(evict, e);
-	}
-	if (oldest)
-		g_array_prepend_val(pt->idle, m);
-	else
-		g_array_append_val(pt->idle, m);
-	pt->idle_bytes += m.size;
-	g_mutex_unlock(&pt->pool_lock);
-	/* Outside the lock: the last close frees the pages. */
-	for (i = 0; evict && i < evict->len; i++)
-		close(g_array_index(evict, struct pt_memfd, i).fd);
-}
-
-/* Removes from the pool the memfd nearest @len bytes in size among its
- * POOL_SCAN newest; FALSE if it is empty. */
-static gboolean pool_pop(struct passthrough *pt, gsize len,
-			 struct pt_memfd *out)
-{
-	guint i, n, best = 0;
-	gsize bestd = G_MAXSIZE;
-
-	g_mutex_lock(&pt->pool_lock);
-	n = pt->idle->len;
-	for (i = n; i > 0 && n - i < POOL_SCAN; i--) {
-		const struct pt_memfd *e =
-			&g_array_index(pt->idle, struct pt_memfd, i - 1);
-		gsize d = e->size > len ? e->size - len : len - e->size;
-
-		if (d < bestd) {
-			bestd = d;
-			best = i - 1;
-		}
-	}
-	if (n) {
-		*out = g_array_index(pt->idle, struct pt_memfd, best);
-		g_array_remove_index(pt->idle, best);
-		pt->idle_bytes -= out->size;
-	}
-	g_mutex_unlock(&pt->pool_lock);
-	return n > 0;
-}
-
-/*
- * An idle memfd that no reader has open or mapped any more (a write lease
- * is granted on it; see probe_pool()), nearest @len bytes in size;
- * FALSE if there is none.  One still held elsewhere goes back as the
- * pool's oldest.  A lease refused for another reason than EAGAIN turns
- * the pool off.
- */
-static gboolean pool_take(struct passthrough *pt, gsize len,
-			  struct pt_memfd *out)
-{
-	guint tries;
-
-	for (tries = 0; tries < POOL_SCAN; tries++) {
-		struct pt_memfd m;
-
-		if (!pool_pop(pt, len, &m))
-			return FALSE;
-		if (bufpool_memfd_alone(m.fd)) {
-			__atomic_add_fetch(&pt->reused, 1, __ATOMIC_RELAXED);
-			*out = m;
-			return TRUE;
-		}
-		if (errno == EAGAIN) {
-			__atomic_add_fetch(&pt->busy, 1, __ATOMIC_RELAXED);
-			pool_put(pt, m, TRUE);
-			continue;
-		}
-		if (g_atomic_int_compare_and_exchange(&pt->pooling, 1, 0))
-			log_msg(LOG_LEVEL_WARNING,
-				"FUSE passthrough: memfds no longer reused: a "
-				"write lease on one was refused: %s",
-				g_strerror(errno));
-		close(m.fd);
-		return FALSE;
-	}
-	return FALSE;
-}
-
-/* Whether a memfd just registered may be kept by its node for the pool
- * (counted live), or is to be closed now. */
-static gboolean keep_live(struct passthrough *pt)
-{
-	gboolean keep;
-
-	if (!g_atomic_int_get(&pt->pooling))
-		return FALSE;
-	g_mutex_lock(&pt->pool_lock);
-	keep = pt->live < POOL_LIVE_MAX;
-	if (keep)
-		pt->live++;
-	g_mutex_unlock(&pt->pool_lock);
-	return keep;
-}
-
-/* A node's kept memfd (@m, fd >= 0) is idle again: its backing id is
- * closed. */
-static void release_live(struct passthrough *pt, struct pt_memfd m)
-{
-	g_mutex_lock(&pt->pool_lock);
-	pt->live--;
-	g_mutex_unlock(&pt->pool_lock);
-	pool_put(pt, m, FALSE);
-}
-
 /* Registers @fd as a backing file: its id, or -1 with the reason in
  * *@why.  EPERM (no CAP_SYS_ADMIN in the initial user namespace) turns
  * passthrough off for the mount. */
@@ -421,46 +268,19 @@ static int register_backing(struct passthrough *pt, int fd,
 	return -1;
 }
 
-/*
- * A new backing id for the object's bytes, or -1 with the reason in
- * *@why.  If @body is a body with a memfd of its own (the GET's, from the
- * shared pool: bufpool_bytes_lend()), that memfd is the backing file, and
- * *@held takes a reference to @body until the id is closed: no byte is
- * copied.  Else @buf (@len bytes) is written into a memfd from the pool
- * when one is idle (its pages are already there), or a new one; it is
- * kept in *@kept (fd -1: closed, the kernel holds it) for release_live().
- */
-static int make_backing(struct passthrough *pt, GBytes *body, const void *buf,
-			gsize len, enum pt_fallback *why, struct pt_memfd *kept,
-			GBytes **held)
+/* A new backing id for @len bytes of @buf written into a memfd of their
+ * own, which the kernel alone holds from then on; -1 with the reason in
+ * *@why. */
+static int new_memfd(struct passthrough *pt, const void *buf, gsize len,
+		     enum pt_fallback *why)
 {
-	struct pt_memfd m = { .fd = -1, .size = 0 };
-	gboolean pooled, leasable = TRUE;
-	int id, err;
+	gboolean leasable;
+	int fd = bufpool_memfd_new("bucketfs", &leasable), id, err;
 
-	kept->fd = -1;
-	*held = NULL;
-	m.fd = body ? bufpool_bytes_lend(body) : -1;
-	if (m.fd >= 0) {
-		id = register_backing(pt, m.fd, why);
-		if (id >= 0) {
-			*held = g_bytes_ref(body);
-			__atomic_add_fetch(&pt->lent, 1, __ATOMIC_RELAXED);
-		}
-		return id;
-	}
-	pooled = pool_take(pt, len, &m);
-	if (!pooled) {
-		m.fd = bufpool_memfd_new("bucketfs", &leasable);
-		if (m.fd >= 0)
-			__atomic_add_fetch(&pt->made, 1, __ATOMIC_RELAXED);
-	}
-	if (m.fd < 0 ||
-	    (pooled && m.size > len && ftruncate(m.fd, (off_t)len) != 0) ||
-	    !write_all(m.fd, buf, len)) {
+	if (fd < 0 || !write_all(fd, buf, len)) {
 		err = errno;
-		if (m.fd >= 0)
-			close(m.fd);
+		if (fd >= 0)
+			close(fd);
 		log_msg(LOG_LEVEL_DEBUG,
 			"FUSE passthrough: memfd of %" G_GSIZE_FORMAT
 			" bytes: %s; the page cache instead",
@@ -468,14 +288,52 @@ static int make_backing(struct passthrough *pt, GBytes *body, const void *buf,
 		*why = PT_FB_MEMFD;
 		return -1;
 	}
-	m.size = len;
-	id = register_backing(pt, m.fd, why);
-	if (id >= 0 && leasable && keep_live(pt))
-		*kept = m; /* the kernel holds the file from here on */
-	else if (id < 0 && leasable)
-		pool_put(pt, m, FALSE); /* never registered: idle as it is */
-	else
-		close(m.fd);
+	__atomic_add_fetch(&pt->made, 1, __ATOMIC_RELAXED);
+	id = register_backing(pt, fd, why);
+	close(fd);
+	return id;
+}
+
+/*
+ * A new backing id for the object's bytes, or -1 with the reason in
+ * *@why.  The backing file is a body's memfd, lent (bufpool_bytes_lend()),
+ * and *@held takes a reference to that body until the id is closed:
+ * @body itself if it can be lent (the GET's, from the engine's shared
+ * pool: no byte is copied), else a copy of @buf (@len bytes) in a body
+ * of the pool of small ones, whose idle memfds already have their pages
+ * and are written again only once no reader holds them.  Where neither
+ * can be lent (no reuse here: probe_pool(); past the bound of shared
+ * mappings), @buf goes into a memfd of its own.
+ */
+static int make_backing(struct passthrough *pt, GBytes *body, const void *buf,
+			gsize len, enum pt_fallback *why, GBytes **held)
+{
+	GBytes *lent = NULL;
+	int fd = body ? bufpool_bytes_lend(body) : -1, id;
+
+	*held = NULL;
+	if (fd >= 0) {
+		lent = g_bytes_ref(body);
+	} else if (len && g_atomic_int_get(&pt->pooling)) {
+		struct bufpool_buf *b =
+			bufpool_buf_new_mapped(pt->small, MAX(len, SMALL_BODY));
+
+		bufpool_buf_append(b, buf, len);
+		lent = bufpool_buf_free_to_bytes(b);
+		fd = bufpool_bytes_lend(lent);
+		if (fd < 0)
+			g_clear_pointer(&lent, g_bytes_unref);
+	}
+	if (fd < 0)
+		return new_memfd(pt, buf, len, why);
+	id = register_backing(pt, fd, why);
+	if (id < 0) {
+		g_bytes_unref(lent);
+		return -1;
+	}
+	if (lent == body)
+		__atomic_add_fetch(&pt->lent, 1, __ATOMIC_RELAXED);
+	*held = lent;
 	return id;
 }
 
@@ -490,7 +348,6 @@ static struct pt_node *node_get(struct passthrough *pt, fuse_ino_t ino)
 		*k = ino;
 		n = g_new0(struct pt_node, 1);
 		n->backing_id = -1;
-		n->memfd.fd = -1;
 		g_hash_table_insert(pt->nodes, k, n);
 	}
 	return n;
@@ -590,7 +447,6 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 		     int *err)
 {
 	enum pt_fallback why = PT_FB_CACHED;
-	struct pt_memfd kept, spare_memfd = { .fd = -1, .size = 0 };
 	GBytes *held = NULL, *spare_body = NULL;
 	struct pt_node *n;
 	int fresh, spare = -1;
@@ -637,7 +493,7 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 		return record_unbacked(pt, ino, etag, PT_CACHED, PT_FB_MEMFD,
 				       backing_id, err);
 	/* Outside the lock: another open of the node may get there first. */
-	fresh = make_backing(pt, body, buf, len, &why, &kept, &held);
+	fresh = make_backing(pt, body, buf, len, &why, &held);
 	if (fresh < 0)
 		return record_unbacked(pt, ino, etag, PT_CACHED, why,
 				       backing_id, err);
@@ -645,29 +501,24 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 	n = node_get(pt, ino);
 	if (is_stale(n, etag)) {
 		spare = fresh;
-		spare_memfd = kept;
 		spare_body = held;
 		mode = PT_NONE;
 	} else if (n->cached) {
 		n->cached++;
 		spare = fresh;
-		spare_memfd = kept;
 		spare_body = held;
 		mode = PT_CACHED;
 	} else if (n->direct) {
 		n->direct++;
 		spare = fresh;
-		spare_memfd = kept;
 		spare_body = held;
 		mode = PT_DIRECT;
 	} else {
 		if (n->passthrough) {
 			spare = fresh;
-			spare_memfd = kept;
 			spare_body = held;
 		} else {
 			n->backing_id = fresh;
-			n->memfd = kept;
 			n->body = held;
 			n->etag = g_strdup(etag);
 		}
@@ -679,8 +530,6 @@ enum pt_mode pt_open(struct passthrough *pt, fuse_ino_t ino, const char *etag,
 	g_mutex_unlock(&pt->lock);
 	if (spare >= 0)
 		close_backing(pt, spare);
-	if (spare_memfd.fd >= 0)
-		release_live(pt, spare_memfd);
 	if (spare_body)
 		g_bytes_unref(spare_body);
 	if (mode == PT_NONE)
@@ -698,7 +547,6 @@ enum pt_mode pt_open_direct(struct passthrough *pt, fuse_ino_t ino,
 void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 {
 	guint64 key = ino;
-	struct pt_memfd idle = { .fd = -1, .size = 0 };
 	GBytes *body = NULL;
 	struct pt_node *n;
 	int close_id = -1;
@@ -715,8 +563,6 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 		if (--n->passthrough == 0) {
 			close_id = n->backing_id;
 			n->backing_id = -1;
-			idle = n->memfd;
-			n->memfd.fd = -1;
 			body = g_steal_pointer(&n->body);
 			g_clear_pointer(&n->etag, g_free);
 		}
@@ -729,10 +575,8 @@ void pt_release(struct passthrough *pt, fuse_ino_t ino, enum pt_mode mode)
 	/* After the lock: a new open makes its own backing file. */
 	if (close_id >= 0)
 		close_backing(pt, close_id);
-	/* Reused only once no reader holds it (pool_take(), and the body's
-	 * pool: bufpool_new_shared()). */
-	if (idle.fd >= 0)
-		release_live(pt, idle);
+	/* Its pool reuses it only once no reader holds it
+	 * (bufpool_new_shared()). */
 	if (body)
 		g_bytes_unref(body);
 }
@@ -747,13 +591,19 @@ void pt_get_stats(struct passthrough *pt, struct pt_stats *out)
 	out->direct = __atomic_load_n(&pt->direct, __ATOMIC_RELAXED);
 	out->pooling = g_atomic_int_get(&pt->pooling);
 	out->memfds_made = __atomic_load_n(&pt->made, __ATOMIC_RELAXED);
-	out->memfds_reused = __atomic_load_n(&pt->reused, __ATOMIC_RELAXED);
-	out->memfds_busy = __atomic_load_n(&pt->busy, __ATOMIC_RELAXED);
 	out->bodies_lent = __atomic_load_n(&pt->lent, __ATOMIC_RELAXED);
-	g_mutex_lock(&pt->pool_lock);
-	out->memfds_idle = pt->idle->len;
-	out->memfds_idle_bytes = pt->idle_bytes;
-	g_mutex_unlock(&pt->pool_lock);
+	out->memfds_reused = out->memfds_busy = out->memfds_idle = 0;
+	out->memfds_idle_bytes = 0;
+	if (out->pooling) {
+		struct bufpool_stats b;
+
+		bufpool_get_stats(pt->small, &b);
+		out->memfds_made += b.maps;
+		out->memfds_reused = b.reuses;
+		out->memfds_busy = b.held;
+		out->memfds_idle = b.idle;
+		out->memfds_idle_bytes = b.idle_bytes;
+	}
 	for (i = 0; i < PT_FALLBACKS; i++)
 		out->fallbacks[i] =
 			__atomic_load_n(&pt->fallbacks[i], __ATOMIC_RELAXED);

@@ -67,9 +67,13 @@ struct pt_stats {
 	guint64 direct; /* opens answered direct_io (pt_open_direct()) */
 	guint64 fallbacks[PT_FALLBACKS];
 	gboolean pooling;	   /* idle memfds are reused */
-	guint64 memfds_made;	   /* memfd_create() calls */
-	guint64 memfds_reused;	   /* memfds taken from the pool */
-	guint64 memfds_busy;	   /* idle memfds a reader still held */
+	/* The memfds that hold bytes copied from the heap (small files):
+	 * bodies of a pool of their own (bufpool_new_shared()), or, where
+	 * nothing is reused, a memfd per file. */
+	guint64 memfds_made;	   /* made (or mapped) */
+	guint64 memfds_reused;	   /* taken from the pool, idle */
+	guint64 memfds_busy;	   /* idle, but a reader still held them:
+				    * dropped */
 	guint64 memfds_idle;	   /* in the pool now */
 	guint64 memfds_idle_bytes; /* their sizes */
 	guint64 bodies_lent;	   /* opens whose backing file is the GET's

@@ -297,6 +297,7 @@ static struct bufpool_buf *take_idle(struct bufpool *pool, guint cls,
 	if (b) {
 		pool->idle[cls] = b->next;
 		pool->stats.idle_bytes -= b->cap;
+		pool->stats.idle--;
 		pool->stats.reuses++;
 	} else {
 		pool->stats.maps++;
@@ -368,11 +369,14 @@ static struct bufpool_buf *take_or_map(struct bufpool *pool, gsize bytes)
 	return b;
 }
 
-struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
+/* A body of @pool with room for @reserve bytes; @heap_max: below it, of
+ * the heap. */
+static struct bufpool_buf *buf_new(struct bufpool *pool, gsize reserve,
+				   gsize heap_max)
 {
 	struct bufpool_buf *b = NULL;
 
-	if (reserve && reserve < BUFPOOL_HEAP_MAX) {
+	if (reserve && reserve < heap_max) {
 		b = g_new0(struct bufpool_buf, 1);
 		b->data = g_malloc(reserve);
 		b->cap = reserve;
@@ -386,6 +390,16 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
 	b->next = NULL;
 	b->pool = bufpool_ref(pool);
 	return b;
+}
+
+struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve)
+{
+	return buf_new(pool, reserve, BUFPOOL_HEAP_MAX);
+}
+
+struct bufpool_buf *bufpool_buf_new_mapped(struct bufpool *pool, gsize reserve)
+{
+	return buf_new(pool, reserve, 0);
 }
 
 /*
@@ -457,6 +471,7 @@ static gboolean give_back(struct bufpool *pool, struct bufpool_buf *b)
 		b->next = pool->idle[cls];
 		pool->idle[cls] = b;
 		pool->stats.idle_bytes += b->cap;
+		pool->stats.idle++;
 	} else {
 		pool->stats.unmaps++;
 	}

@@ -39,6 +39,7 @@ struct bufpool_buf {
 };
 
 struct bufpool_stats {
+	guint64 idle;	    /* bodies on free lists */
 	guint64 idle_bytes; /* mapped, on free lists */
 	guint64 busy_bytes; /* mapped, in bodies held */
 	guint64 maps;	    /* mmap() calls (new bodies, growth from 0) */
@@ -101,6 +102,12 @@ void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out);
 /* An empty body with room for at least @reserve bytes (0: none mapped
  * until the first append).  Free with bufpool_buf_free(). */
 struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve);
+
+/* The same, but of the pool's mappings however small (never the heap):
+ * for bytes to be lent whatever their length (bufpool_bytes_lend()).
+ * Each holds a mapping, and in a shared pool a descriptor. */
+struct bufpool_buf *bufpool_buf_new_mapped(struct bufpool *pool,
+					   gsize reserve);
 
 /* Appends @n bytes; past its cap, moves the body to a bigger one. */
 void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n);

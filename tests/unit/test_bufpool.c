@@ -283,6 +283,22 @@ static void test_shared_lend(void)
 	other = bufpool_buf_free_to_bytes(bufpool_buf_new(plain, n));
 	g_assert_cmpint(bufpool_bytes_lend(other), ==, -1);
 	g_bytes_unref(other);
+	/* A small body taken mapped can be: its memfd is truncated to the
+	 * bytes, not to the 64 KiB asked for. */
+	{
+		struct bufpool_buf *b =
+			bufpool_buf_new_mapped(pool, BUFPOOL_HEAP_MAX);
+
+		bufpool_buf_append(b, "small", 5);
+		other = bufpool_buf_free_to_bytes(b);
+		fd2 = bufpool_bytes_lend(other);
+		g_assert_cmpint(fd2, >=, 0);
+		g_assert_cmpint(fstat(fd2, &st), ==, 0);
+		g_assert_cmpint(st.st_size, ==, 5);
+		g_assert_cmpint(pread(fd2, got, 16, 0), ==, 5);
+		g_assert_true(memcmp(got, "small", 5) == 0);
+		g_bytes_unref(other);
+	}
 	g_bytes_unref(bytes);
 	g_free(got);
 	bufpool_unref(plain);
