@@ -27,8 +27,8 @@ struct pt_backing_map {
 
 /* Small bodies are copied into bodies of this size (one class, reused
  * whatever the file's size), and at most this many are kept idle. */
-#define SMALL_BODY	BUFPOOL_HEAP_MAX
-#define SMALL_IDLE_MAX	(128 * SMALL_BODY)
+#define SMALL_BODY     BUFPOOL_HEAP_MAX
+#define SMALL_IDLE_MAX (128 * SMALL_BODY)
 
 /* A node's opens the kernel may still hold. */
 struct pt_node {

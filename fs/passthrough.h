@@ -66,7 +66,7 @@ struct pt_stats {
 	guint64 stale;	/* opens refused ESTALE (pt_open()) */
 	guint64 direct; /* opens answered direct_io (pt_open_direct()) */
 	guint64 fallbacks[PT_FALLBACKS];
-	gboolean pooling;	   /* idle memfds are reused */
+	gboolean pooling; /* idle memfds are reused */
 	/* The memfds that hold bytes copied from the heap (small files):
 	 * bodies of a pool of their own (bufpool_new_shared()), or, where
 	 * nothing is reused, a memfd per file. */

@@ -106,8 +106,7 @@ struct bufpool_buf *bufpool_buf_new(struct bufpool *pool, gsize reserve);
 /* The same, but of the pool's mappings however small (never the heap):
  * for bytes to be lent whatever their length (bufpool_bytes_lend()).
  * Each holds a mapping, and in a shared pool a descriptor. */
-struct bufpool_buf *bufpool_buf_new_mapped(struct bufpool *pool,
-					   gsize reserve);
+struct bufpool_buf *bufpool_buf_new_mapped(struct bufpool *pool, gsize reserve);
 
 /* Appends @n bytes; past its cap, moves the body to a bigger one. */
 void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n);

@@ -33,6 +33,7 @@ A build directory is a meson build of any commit (for example
 """
 
 import argparse
+import json
 import os
 import random
 import statistics
@@ -68,7 +69,17 @@ def mount_pass(r, ds, build, a, seed, opts):
         res["cpu_ms_per_file"] = cost.get("cpu_ms_per_file")
         res["total_ms_per_file"] = cost.get("total_ms_per_file")
         res["busy"] = cost["busy_pct"]
+        res["stages"] = stage_p50s(m.mnt)
     return res
+
+
+def stage_p50s(mnt):
+    """The mount's recent GETs' p50 per stage (user.bucketfs.stats), ms."""
+    try:
+        st = json.loads(os.getxattr(mnt, "user.bucketfs.stats"))["stages"]
+    except (OSError, ValueError, KeyError):
+        return None
+    return {k: v["p50_ms"] for k, v in st.items() if isinstance(v, dict)}
 
 
 def line(label, res):
@@ -80,6 +91,9 @@ def line(label, res):
         s += "  daemon %.3f ms CPU/file" % res["cpu_ms_per_file"]
     if res.get("total_ms_per_file") is not None:
         s += "  every process %.3f ms CPU/file" % res["total_ms_per_file"]
+    if res.get("stages"):
+        s += "  GET p50 ms: %s" % ", ".join(
+            "%s %.2f" % kv for kv in res["stages"].items())
     if res.get("cpu"):
         s += "  threads CPU%%: %s" % ", ".join(
             "%s %.0f" % (k, v) for k, v in res["cpu"].items() if v >= 0.5)
