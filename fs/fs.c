@@ -273,10 +273,14 @@ static gboolean has_sys_admin(void)
 static const char *passthrough_off(const struct fs *fs)
 {
 	if (!fs->opts.passthrough_on)
-		return "off unless -o passthrough=auto or always";
+		return "-o passthrough=off";
 	if (fs->opts.direct_io == FS_DIRECT_IO_SMALL ||
 	    fs->opts.direct_io == FS_DIRECT_IO_ALL)
 		return "-o direct_io= is small or all";
+	if (fs->opts.direct_io == FS_DIRECT_IO_NONE &&
+	    !fs->opts.passthrough_asked)
+		return "-o direct_io=none keeps files in the page cache "
+		       "(add -o passthrough=auto to pass them through)";
 	if (!has_sys_admin())
 		return "no CAP_SYS_ADMIN, which backing files need";
 	return NULL;

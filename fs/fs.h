@@ -61,9 +61,12 @@ struct fs_options {
 	enum fs_direct_io direct_io;
 	/* -o passthrough=auto or always: files fetched whole are read by
 	 * the kernel from a memfd where it can be (passthrough.h); auto only
-	 * those already fetched at open (open_path.c); FALSE (off, the
-	 * default): direct_io (or the page cache, direct_io=none). */
+	 * those already fetched at open (open_path.c); FALSE (off):
+	 * direct_io (or the page cache, direct_io=none).  Auto by default,
+	 * where direct_io is auto; -o direct_io=none alone keeps the page
+	 * cache (passthrough_asked: the option was given). */
 	gboolean passthrough_on;
+	gboolean passthrough_asked;
 	gboolean passthrough_always; /* -o passthrough=always: every open of a
 				      * file fetched whole, here or not */
 	/* -o readdirplus=: which listings hand the kernel attributes and an

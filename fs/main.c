@@ -119,7 +119,10 @@ static const char mount_help[] =
 "                          >= 6.9) and the daemon has CAP_SYS_ADMIN: auto,\n"
 "                          those already fetched when opened (the others\n"
 "                          direct_io, so that the open overlaps the GET);\n"
-"                          always, every one; or never (off, the default)\n"
+"                          always, every one; or never (off).  The default\n"
+"                          is auto, with direct_io=auto (direct_io=none\n"
+"                          keeps the page cache unless passthrough is\n"
+"                          given)\n"
 "    readdirplus=auto|always|lookups  whether a listing hands the kernel\n"
 "                          each name's attributes: always (an inode per\n"
 "                          name in kernel memory; an open or stat after\n"
@@ -406,6 +409,7 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 			return FALSE;
 		m->fs.passthrough_on = i < 2;
 		m->fs.passthrough_always = i == 1;
+		m->fs.passthrough_asked = TRUE;
 		return TRUE;
 	}
 	if (!strcmp(name, "readdirplus")) {
@@ -808,6 +812,7 @@ int main(int argc, char **argv)
 	m.fs.file_mode = 0644;
 	m.fs.dir_mode = 0755;
 	m.fs.readahead.kernel_ra = KERNEL_RA_DEFAULT;
+	m.fs.passthrough_on = TRUE; /* auto, where direct_io is (fs.h) */
 	m.sched_slice_us = SCHED_SLICE_DEFAULT_US;
 	m.fuse_opts = g_ptr_array_new_with_free_func(g_free);
 	if (!parse_args(&m, argc, argv, &error)) {

@@ -332,8 +332,12 @@ class PassthroughTest(harness.MountCase):
         opened direct_io (the open returns before its GET); one fetched
         ahead passes through; while a node is open direct_io, its other
         opens are too, even once its object is here (the kernel refuses a
-        direct_io open of a node in passthrough)."""
-        m = self.mount(pt="passthrough=auto")
+        direct_io open of a node in passthrough).  Auto is the default."""
+        for pt in ("passthrough=auto", None):
+            with self.subTest(pt=pt):
+                self.check_auto(self.mount(pt=pt))
+
+    def check_auto(self, m):
         self.assertTrue(m.wait_output("FUSE_PASSTHROUGH negotiated"),
                         m.output())
         self.assertEqual(read_all(m.path("f0.bin")), self.objects["f0.bin"])
@@ -430,8 +434,9 @@ class PassthroughTest(harness.MountCase):
 
     def test_turned_off(self):
         for pt, opts, why in (
-                (None, (), "off unless -o passthrough=auto"),
-                ("passthrough=off", (), "off unless -o passthrough=auto"),
+                # The default is auto, but not with direct_io=none.
+                (None, ("direct_io=none",), "direct_io=none keeps files"),
+                ("passthrough=off", (), "-o passthrough=off"),
                 ("passthrough=auto", ("direct_io=all",),
                  "direct_io= is small or all"),
                 ("passthrough=auto", ("direct_io=small",),
