@@ -19,7 +19,8 @@ sampled.  The test asserts:
     third of the run no higher than the median of the middle third + 8;
   - VmRSS is flat after warm-up (the first fifth): the median of the second
     half is within 1.5x + 32 MiB of the median of the first half (a leak
-    of a buffer per request would be far beyond that);
+    of a buffer per request would be far beyond that); not under
+    ThreadSanitizer, whose shadow memory is most of the RSS there;
   - the daemon unmounts cleanly afterwards.
 Nothing here asserts throughput or latency.
 """
@@ -272,8 +273,17 @@ class Soak(unittest.TestCase):
         print(f"    RSS median {first / 2**20:.0f} MiB then "
               f"{second / 2**20:.0f} MiB; non-socket fds median {mid} then {end}",
               file=sys.stderr)
-        self.assertLessEqual(second, first * 1.5 + 32 * 2**20,
-                             [r // 2**20 for r in rss])
+        if "TSAN_OPTIONS" in os.environ:
+            # Under ThreadSanitizer VmRSS is mostly TSan's own shadow and
+            # history, which grow with the addresses and synchronisation
+            # the run touches (two CI runs: 113 -> 357 MiB in a sawtooth,
+            # where the plain and ASan builds stay flat).  The leak bound
+            # is those builds'; here the samples are only shown.
+            print(f"    TSan build: RSS not bounded, samples "
+                  f"{[r // 2**20 for r in rss]} MiB", file=sys.stderr)
+        else:
+            self.assertLessEqual(second, first * 1.5 + 32 * 2**20,
+                                 [r // 2**20 for r in rss])
 
         # Still healthy, and a clean unmount.
         self.server.clear_faults()
