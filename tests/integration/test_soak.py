@@ -274,11 +274,12 @@ class Soak(unittest.TestCase):
               f"{second / 2**20:.0f} MiB; non-socket fds median {mid} then {end}",
               file=sys.stderr)
         if "TSAN_OPTIONS" in os.environ:
-            # Under ThreadSanitizer VmRSS is mostly TSan's own shadow and
+            # Under ThreadSanitizer VmRSS includes TSan's shadow and
             # history, which grow with the addresses and synchronisation
-            # the run touches (two CI runs: 113 -> 357 MiB in a sawtooth,
-            # where the plain and ASan builds stay flat).  The leak bound
-            # is those builds'; here the samples are only shown.
+            # the run touches: in two CI runs it rose 113 -> 357 MiB in
+            # a sawtooth, where the plain and ASan builds stay flat (most
+            # likely TSan's, not proven; two other TSan runs were flat).
+            # The leak bound is those builds'; here the samples are shown.
             print(f"    TSan build: RSS not bounded, samples "
                   f"{[r // 2**20 for r in rss]} MiB", file=sys.stderr)
         else:
