@@ -44,6 +44,7 @@ static void add_endpoints(JsonBuilder *b, struct http *http)
 		add_uint(b, "errors", es[i].errors);
 		add_uint(b, "hedges", es[i].hedges);
 		add_uint(b, "ejections", es[i].ejections);
+		add_uint(b, "direct", es[i].direct);
 		add_uint(b, "inflight", es[i].inflight);
 		add_bool(b, "ejected", es[i].ejected);
 		add_double(b, "p50_ms", es[i].p50_ms);
@@ -228,10 +229,11 @@ void stats_log_summary(const struct stats_sources *src)
 			" bytes, %" G_GUINT64_FORMAT
 			" errors, %" G_GUINT64_FORMAT
 			" hedges, %" G_GUINT64_FORMAT
-			" ejections, p50 %.1f ms, p99 %.1f ms",
+			" ejections, %" G_GUINT64_FORMAT
+			" received directly, p50 %.1f ms, p99 %.1f ms",
 			es[i].url, es[i].requests, es[i].bytes, es[i].errors,
-			es[i].hedges, es[i].ejections, es[i].p50_ms,
-			es[i].p99_ms);
+			es[i].hedges, es[i].ejections, es[i].direct,
+			es[i].p50_ms, es[i].p99_ms);
 	http_get_stage_stats(http, &st);
 	if (st.samples)
 		log_msg(LOG_LEVEL_NOTICE,

@@ -447,6 +447,13 @@ void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
 	b->len += n;
 }
 
+void bufpool_buf_reserve(struct bufpool_buf *b, gsize n)
+{
+	g_assert(b->len + n >= b->len);
+	if (b->len + n > b->cap)
+		grow(b, b->len + n);
+}
+
 void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len)
 {
 	g_return_if_fail(off <= b->len && len <= b->len - off);

@@ -110,6 +110,9 @@ struct bufpool_buf *bufpool_buf_new_mapped(struct bufpool *pool, gsize reserve);
 
 /* Appends @n bytes; past its cap, moves the body to a bigger one. */
 void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n);
+/* Makes room for @n more bytes at @data + @len, for the caller to write
+ * there (a socket's recv(), say) and add to @len. */
+void bufpool_buf_reserve(struct bufpool_buf *b, gsize n);
 
 /* Keeps only bytes [@off, @off + @len) of @b, moved to its start. */
 void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len);

@@ -325,6 +325,19 @@ static gboolean opt_addressing(struct config *cfg, const char *name,
 	return TRUE;
 }
 
+static gboolean opt_http_receive(struct config *cfg, const char *name,
+				 const char *value, GError **error)
+{
+	if (strcmp(value, "direct") == 0)
+		cfg->receive_curl = FALSE;
+	else if (strcmp(value, "curl") == 0)
+		cfg->receive_curl = TRUE;
+	else
+		return bad_value(error, name, value,
+				 "is not one of direct or curl");
+	return TRUE;
+}
+
 static gboolean opt_ca_file(struct config *cfg, const char *name,
 			    const char *value, GError **error)
 {
@@ -575,6 +588,7 @@ static const struct option_def option_defs[] = {
 	{ "retry_deadline", "SECONDS", opt_retry_deadline },
 	{ "max_connections", "N", opt_max_connections },
 	{ "event_threads", "N", opt_event_threads },
+	{ "http_receive", "direct|curl", opt_http_receive },
 	{ "ro", NULL, opt_ro },
 	{ "rw", NULL, opt_rw },
 	{ "config", "PATH", opt_config },
@@ -1839,6 +1853,8 @@ char *config_describe(const struct config *cfg)
 	if (cfg->event_threads)
 		g_string_append_printf(s, "%-17s %u\n",
 				       "event_threads:", cfg->event_threads);
+	if (cfg->receive_curl)
+		g_string_append_printf(s, "%-17s curl\n", "http_receive:");
 	g_string_append_printf(s, "%-17s %s\n", "mode:",
 			       cfg->read_only ? "read-only" : "read-write");
 	describe_files(s, cfg);
@@ -1883,6 +1899,11 @@ static const char config_help[] =
 "    event_threads=N       HTTP event threads, each with its share of\n"
 "                          max_connections, 1..64 (default: a quarter\n"
 "                          of the cores, 2 to 16)\n"
+"    http_receive=direct|curl  direct (default): GETs to http://\n"
+"                          endpoints run on bucketfs's own connections,\n"
+"                          bodies received straight into their buffer;\n"
+"                          curl: every request through libcurl (HTTPS\n"
+"                          and proxies always are)\n"
 "    ro                    read-only (the default; rw, which mount(8)\n"
 "                          passes, is accepted and ignored: writes\n"
 "                          get EROFS)\n"

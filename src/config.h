@@ -128,6 +128,7 @@ struct config {
 	guint max_attempts;	/* default 10 */
 	double retry_deadline;	/* seconds; 0 = none; default 60 (http.h) */
 	guint max_connections;	/* 0 = derive later from RLIMIT_NOFILE */
+	gboolean receive_curl;	/* http_receive=curl: no direct receive path */
 	guint event_threads;	/* HTTP event threads, 1..64; 0 = a quarter of
 				 * the cores, 1..16 (http.h) */
 	gboolean read_only;	/* always TRUE for now */

@@ -30,7 +30,10 @@
  * is one attempt, or two once it is hedged.  Each attempt has its own easy
  * handle, body and headers, so the twins of a round never share state.
  */
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,6 +47,7 @@
 
 #include "bufpool.h"
 #include "error.h"
+#include "h1.h"
 #include "http.h"
 #include "log.h"
 #include "version.h"
@@ -73,6 +77,10 @@
 #define BUDGET_MAX	   100.0
 #define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
 #define BUDGET_REFILL	   10.0 /* earned per second regardless */
+/* The direct receive path (see "-- the direct receive path --"). */
+#define DIRECT_TAG	   (G_GUINT64_CONSTANT(1) << 32) /* in epoll data */
+#define DIRECT_ADDR_TTL_US (60 * G_USEC_PER_SEC) /* curl's DNS cache's */
+#define DIRECT_SCRATCH	   (64u << 10)
 
 struct endpoint {
 	struct http_endpoint pub;
@@ -97,6 +105,13 @@ struct endpoint {
 	guint64 errors;
 	guint64 hedges;
 	guint64 ejections;
+	guint64 direct; /* attempts on the direct receive path */
+	/* The address curl last connected to for a request, for the direct
+	 * path: good for DIRECT_ADDR_TTL_US, and for @addr_host only. */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	gint64 addr_at; /* 0 = none */
+	char *addr_host;
 	guint32 latency_us[LATENCY_RING]; /* a ring */
 	guint latency_len;
 	guint latency_pos;
@@ -108,8 +123,10 @@ struct endpoint {
  * closes the idle connections).
  */
 struct lane {
-	guint sockets;	/* open, counted by the socket callbacks */
+	struct loop *loop;
+	guint sockets;	/* open: curl's (its socket callbacks) and direct */
 	guint inflight; /* this loop's attempts running there */
+	GQueue idle;	/* direct connections idle, of struct dconn */
 };
 
 /*
@@ -147,6 +164,9 @@ struct loop {
 	GRand *rand;	       /* backoff jitter */
 	GHashTable *unwatched; /* sockets epoll refused: polled by hand */
 	GPtrArray *add_failed; /* attempts curl_multi_add_handle() refused */
+	GHashTable *dconns;    /* direct connections: fd -> struct dconn */
+	GQueue direct;	       /* attempts running on the direct path */
+	GPtrArray *ddone;      /* direct attempts ended, for reap() */
 };
 
 /*
@@ -162,6 +182,7 @@ struct http {
 	double connect_timeout;
 	double stall_timeout;
 	double request_timeout;
+	gboolean direct; /* http_options.direct_receive, and no proxy */
 	double backoff_base;
 	double backoff_max;
 	guint max_attempts;
@@ -211,7 +232,10 @@ struct attempt {
 	struct loop *loop;
 	struct http_request *req;
 	struct endpoint *ep;
-	CURL *easy;
+	CURL *easy;	  /* NULL on the direct path */
+	struct direct *d; /* the direct path's, while it runs there */
+	gboolean direct;  /* it ran on the direct path */
+	int os_errno;	  /* the direct path's */
 	struct curl_slist *req_headers;
 	struct bufpool_buf *body;
 	GHashTable *headers;
@@ -304,6 +328,7 @@ static void endpoint_free(void *p)
 	g_free(ep->scheme);
 	g_free(ep->host);
 	g_free(ep->hostport);
+	g_free(ep->addr_host);
 	g_free(ep);
 }
 
@@ -786,10 +811,13 @@ static void easy_put(struct loop *l, CURL *easy)
 }
 
 /* Lets go of @a's transfer, on its loop's thread. */
+static void direct_drop(struct loop *l, struct attempt *a);
+
 static void attempt_drop_transfer(struct attempt *a)
 {
 	if (!a)
 		return;
+	direct_drop(a->loop, a);
 	if (a->easy)
 		easy_put(a->loop, g_steal_pointer(&a->easy));
 	g_clear_pointer(&a->req_headers, curl_slist_free_all);
@@ -832,7 +860,39 @@ const char *http_response_header(const struct http_response *resp,
 	return resp->headers ? g_hash_table_lookup(resp->headers, name) : NULL;
 }
 
+static void direct_make_room(struct loop *l);
+
 /* -- curl callbacks (the attempt's loop) -------------------------------- */
+
+/* Whether a body of @status is an error document, kept only in part. */
+static gboolean error_document(long status)
+{
+	return status < 200 || status >= 300;
+}
+
+/* @n bytes of @a's body, which came with @status: FALSE when they overflow
+ * the body's limit (the transfer must end). */
+static gboolean body_take(struct attempt *a, long status, const char *p,
+			  gsize n)
+{
+	a->received += n;
+	if (error_document(status)) {
+		/* An error document only needs its head; never abort the
+		 * transfer for it, or the real status would be lost. */
+		if (a->body->len < ERROR_BODY_LIMIT)
+			bufpool_buf_append(
+				a->body, p,
+				MIN(n, ERROR_BODY_LIMIT - a->body->len));
+		return TRUE;
+	}
+	if (a->body->len + n > a->req->body_limit) {
+		a->overflow = TRUE;
+		a->body_status = status;
+		return FALSE;
+	}
+	bufpool_buf_append(a->body, p, n);
+	return TRUE;
+}
 
 static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 {
@@ -840,24 +900,8 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	size_t n = size * nmemb;
 	long status = 0;
 
-	a->received += n;
 	curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &status);
-	if (status < 200 || status >= 300) {
-		/* An error document only needs its head; never abort the
-		 * transfer for it, or the real status would be lost. */
-		if (a->body->len < ERROR_BODY_LIMIT)
-			bufpool_buf_append(
-				a->body, ptr,
-				MIN(n, ERROR_BODY_LIMIT - a->body->len));
-		return n;
-	}
-	if (a->body->len + n > a->req->body_limit) {
-		a->overflow = TRUE;
-		a->body_status = status;
-		return 0;
-	}
-	bufpool_buf_append(a->body, ptr, n);
-	return n;
+	return body_take(a, status, ptr, n) ? n : 0;
 }
 
 static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
@@ -938,6 +982,7 @@ static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose,
 	curl_socket_t fd;
 
 	(void)purpose;
+	direct_make_room(lane->loop);
 	fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC,
 		    addr->protocol);
 	if (fd != CURL_SOCKET_BAD)
@@ -965,7 +1010,7 @@ static int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 		     void *socketp)
 {
 	struct loop *l = userp;
-	struct epoll_event ev = { .data.fd = fd };
+	struct epoll_event ev = { .data.u64 = (guint32)fd };
 	int op = socketp ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
 
 	(void)easy;
@@ -1224,9 +1269,27 @@ static gboolean hedgeable(struct http *http, const struct http_request *req)
 	       http->endpoints->len > 1;
 }
 
+/* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
+static gboolean curl_setup(struct loop *l, struct attempt *a, const char *url)
+{
+	a->easy = easy_get(l);
+	if (!a->easy)
+		return FALSE;
+	setopt_common(l->http, a, a->easy);
+	setopt_method(a->req, a->easy);
+	curl_easy_setopt(a->easy, CURLOPT_URL, url);
+	curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, a->req_headers);
+	return TRUE;
+}
+
+static struct direct *direct_new(struct http *http, const char *url,
+				 GPtrArray *headers);
+
+/* A new attempt at @url, on the direct path when @direct (which
+ * direct_usable() said), else on curl; NULL when curl has no handle. */
 static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 				   struct endpoint *ep, const char *url,
-				   GPtrArray *headers)
+				   GPtrArray *headers, gboolean direct)
 {
 	struct attempt *a = g_new0(struct attempt, 1);
 	guint i;
@@ -1249,15 +1312,15 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	}
 	/* No "Expect: 100-continue" round trip for small PUTs. */
 	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
-	a->easy = easy_get(l);
-	if (!a->easy) {
+	if (direct) {
+		a->d = direct_new(l->http, url, headers);
+		a->direct = TRUE;
+		return a;
+	}
+	if (!curl_setup(l, a, url)) {
 		attempt_free(a);
 		return NULL;
 	}
-	setopt_common(l->http, a, a->easy);
-	setopt_method(req, a->easy);
-	curl_easy_setopt(a->easy, CURLOPT_URL, url);
-	curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, a->req_headers);
 	return a;
 }
 
@@ -1298,17 +1361,10 @@ static void unbook(struct loop *l, struct endpoint *ep, gboolean probe)
 		ep->probing = FALSE;
 }
 
-static void attempt_register(struct loop *l, struct attempt *a)
+static void curl_register(struct loop *l, struct attempt *a)
 {
-	struct http_request *req = a->req;
-	CURLMcode mc;
+	CURLMcode mc = curl_multi_add_handle(l->multi, a->easy);
 
-	req->running[a->hedge] = a;
-	if (!a->hedge && hedgeable(l->http, req)) {
-		a->hedge_link.data = a;
-		g_queue_push_tail_link(&l->hedge_wait, &a->hedge_link);
-	}
-	mc = curl_multi_add_handle(l->multi, a->easy);
 	if (mc != CURLM_OK) {
 		/* Ends in reap(), with the reason, like any failed transfer. */
 		g_snprintf(a->errbuf, CURL_ERROR_SIZE,
@@ -1316,6 +1372,815 @@ static void attempt_register(struct loop *l, struct attempt *a)
 			   curl_multi_strerror(mc));
 		g_ptr_array_add(l->add_failed, a);
 	}
+}
+
+static void direct_begin(struct loop *l, struct attempt *a);
+
+static void attempt_register(struct loop *l, struct attempt *a)
+{
+	struct http_request *req = a->req;
+
+	req->running[a->hedge] = a;
+	if (!a->hedge && hedgeable(l->http, req)) {
+		a->hedge_link.data = a;
+		g_queue_push_tail_link(&l->hedge_wait, &a->hedge_link);
+	}
+	if (a->d)
+		direct_begin(l, a);
+	else
+		curl_register(l, a);
+}
+
+static gint64 until(gint64 due, gint64 now);
+
+/* -- the direct receive path -------------------------------------------- */
+
+/*
+ * A GET to a plain-HTTP endpoint whose address curl has found (and
+ * connected to, within DIRECT_ADDR_TTL_US) runs on a connection of the
+ * loop's own instead of curl's: the request is written by hand, the head
+ * parsed by h1.h, and a body framed by Content-Length is received by
+ * recv() straight into the body's buffer, where curl would have taken
+ * every byte through its own buffer first (PERFORMANCE.md, issue 25).
+ * Everything else stays curl's: HTTPS, proxies, other methods, and any
+ * attempt whose connection cannot be opened (refused, unreachable, no
+ * room in the budget): it falls back to curl at once, which reports the
+ * failure its own way.  The connections count in the lanes' sockets and
+ * the loop's slice of the budget; an idle one is closed when curl, or
+ * the direct path, needs its room.  A failure once the request is on its
+ * way ends the attempt like curl's would (the same CURLcode, so that
+ * judging, retries and health do not tell the paths apart), with its own
+ * text (transport_error()).
+ */
+
+/* A connection of the direct path. */
+struct dconn {
+	int fd;
+	struct lane *lane;
+	struct attempt *a; /* NULL while idle (in lane->idle) */
+	GList link;
+	guint32 events; /* as registered with epoll, 0 = not */
+};
+
+enum dstate { D_CONNECTING, D_SENDING, D_HEAD, D_BODY };
+
+struct direct {
+	struct dconn *conn;
+	char *url;
+	GString *req;  /* the request's bytes */
+	gsize req_off; /* of them sent */
+	enum dstate state;
+	gboolean reused;   /* the connection carried a request before */
+	gboolean retried;  /* on a new connection after a reused one died */
+	gboolean any_byte; /* of the response came */
+	char *head;
+	gsize head_len, head_cap;
+	struct h1_head h;
+	guint64 left; /* H1_LENGTH: body bytes to come */
+	struct h1_chunked ch;
+	gint64 connect_by;
+	GList link; /* in loop->direct */
+};
+
+/* The authority of an http:// @url ("host[:port]"), and its length. */
+static const char *url_authority(const char *url, gsize *len)
+{
+	const char *a = url + strlen("http://");
+
+	*len = strcspn(a, "/?#");
+	return a;
+}
+
+/* Whether @req may run on the direct path to @ep at @url. */
+static gboolean direct_usable(struct http *http, const struct http_request *req,
+			      struct endpoint *ep, const char *url)
+{
+	gint64 now = g_get_monotonic_time();
+	gboolean ok;
+	const char *host;
+	gsize len;
+
+	if (!http->direct || strcmp(req->method, "GET") != 0 || req->upload ||
+	    g_ascii_strncasecmp(url, "http://", 7) != 0)
+		return FALSE;
+	host = url_authority(url, &len);
+	pthread_mutex_lock(&http->lock);
+	ok = ep->addr_at && now - ep->addr_at < DIRECT_ADDR_TTL_US &&
+	     ep->addr_host && strlen(ep->addr_host) == len &&
+	     !g_ascii_strncasecmp(ep->addr_host, host, len);
+	pthread_mutex_unlock(&http->lock);
+	return ok;
+}
+
+/* After curl's successful @a: the address it connected to. */
+static void direct_learn(struct http *http, struct attempt *a)
+{
+	struct sockaddr_storage ss = { 0 };
+	socklen_t len = 0;
+	char *ip = NULL, *url = NULL;
+	long port = 0;
+	const char *host;
+	gsize hlen;
+
+	if (!http->direct || strcmp(a->ep->scheme, "http") != 0 ||
+	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK ||
+	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_PORT, &port) !=
+		    CURLE_OK ||
+	    curl_easy_getinfo(a->easy, CURLINFO_EFFECTIVE_URL, &url) !=
+		    CURLE_OK ||
+	    !ip || !*ip || !url || port <= 0 || port > 65535 ||
+	    g_ascii_strncasecmp(url, "http://", 7) != 0)
+		return;
+	if (strchr(ip, ':')) {
+		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+
+		if (inet_pton(AF_INET6, ip, &s6->sin6_addr) != 1)
+			return;
+		s6->sin6_family = AF_INET6;
+		s6->sin6_port = htons((guint16)port);
+		len = sizeof(*s6);
+	} else {
+		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+
+		if (inet_pton(AF_INET, ip, &s4->sin_addr) != 1)
+			return;
+		s4->sin_family = AF_INET;
+		s4->sin_port = htons((guint16)port);
+		len = sizeof(*s4);
+	}
+	host = url_authority(url, &hlen);
+	pthread_mutex_lock(&http->lock);
+	a->ep->addr = ss;
+	a->ep->addr_len = len;
+	a->ep->addr_at = g_get_monotonic_time();
+	if (!a->ep->addr_host || strlen(a->ep->addr_host) != hlen ||
+	    strncmp(a->ep->addr_host, host, hlen) != 0) {
+		g_free(a->ep->addr_host);
+		a->ep->addr_host = g_strndup(host, hlen);
+	}
+	pthread_mutex_unlock(&http->lock);
+}
+
+/* The endpoint's address is not to be used until curl connects again. */
+static void direct_forget(struct http *http, struct endpoint *ep)
+{
+	pthread_mutex_lock(&http->lock);
+	ep->addr_at = 0;
+	pthread_mutex_unlock(&http->lock);
+}
+
+static struct direct *direct_new(struct http *http, const char *url,
+				 GPtrArray *headers)
+{
+	struct direct *d = g_new0(struct direct, 1);
+	const char *target;
+	gsize alen;
+	guint i;
+
+	d->url = g_strdup(url);
+	target = url_authority(url, &alen) + alen;
+	d->req = g_string_sized_new(512);
+	g_string_append_printf(d->req, "GET %s%s HTTP/1.1\r\nHost: %.*s\r\n",
+			       *target == '/' ? "" : "/", target, (int)alen,
+			       url + strlen("http://"));
+	g_string_append_printf(d->req, "User-Agent: %s\r\nAccept: */*\r\n",
+			       http->user_agent);
+	for (i = 0; i < headers->len; i++) {
+		const char *h = g_ptr_array_index(headers, i);
+		const char *colon = strchr(h, ':');
+
+		/* curl's "Name:" takes a header out; none is ours to add. */
+		if (!colon || !colon[1 + strspn(colon + 1, " \t")])
+			continue;
+		g_string_append_printf(d->req, "%s\r\n", h);
+	}
+	g_string_append(d->req, "\r\n");
+	return d;
+}
+
+static guint loop_sockets(const struct loop *l)
+{
+	guint i, n = 0;
+
+	for (i = 0; i < l->http->endpoints->len; i++)
+		n += l->lanes[i].sockets;
+	return n;
+}
+
+static void direct_watch(struct loop *l, struct dconn *c, guint32 events)
+{
+	struct epoll_event ev = { .events = events,
+				  .data.u64 = DIRECT_TAG | (guint32)c->fd };
+
+	if (c->events == events)
+		return;
+	if (epoll_ctl(l->epfd, c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd,
+		      &ev) == 0)
+		c->events = events;
+	else
+		/* Swept instead: its deadlines still end it. */
+		log_msg(LOG_LEVEL_WARNING, "epoll_ctl of socket %d: %s", c->fd,
+			g_strerror(errno));
+}
+
+static void direct_close(struct loop *l, struct dconn *c)
+{
+	if (c->events)
+		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	if (!c->a && c->link.data)
+		g_queue_unlink(&c->lane->idle, &c->link);
+	g_hash_table_remove(l->dconns, GINT_TO_POINTER(c->fd));
+	close(c->fd);
+	if (c->lane->sockets > 0)
+		c->lane->sockets--;
+	g_free(c);
+}
+
+/* Closes the oldest idle direct connection of @l: FALSE if none is. */
+static gboolean direct_close_idle(struct loop *l)
+{
+	guint i;
+
+	for (i = 0; i < l->http->endpoints->len; i++) {
+		GList *oldest = l->lanes[i].idle.head;
+
+		if (oldest) {
+			direct_close(l, oldest->data);
+			return TRUE;
+		}
+	}
+	return FALSE;
+}
+
+/* Before a socket opens: at the loop's slice, an idle direct one goes. */
+static void direct_make_room(struct loop *l)
+{
+	if (l && l->dconns && loop_sockets(l) >= l->slots)
+		direct_close_idle(l);
+}
+
+/* An idle connection @a's lane can reuse, or NULL. */
+static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
+{
+	GList *link;
+
+	while ((link = g_queue_pop_tail_link(&lane->idle))) {
+		struct dconn *c = link->data;
+		char b;
+		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+
+		link->data = NULL;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return c;
+		/* Closed by the server, or it sent what nobody asked. */
+		direct_close(l, c);
+	}
+	return NULL;
+}
+
+/* A new connection to @ep's address, connecting; NULL with errno. */
+static struct dconn *direct_open(struct loop *l, struct endpoint *ep)
+{
+	struct http *http = l->http;
+	struct lane *lane = lane_of(l, ep);
+	struct sockaddr_storage ss;
+	socklen_t len;
+	struct dconn *c;
+	int fd, one = 1, e;
+
+	pthread_mutex_lock(&http->lock);
+	ss = ep->addr;
+	len = ep->addr_len;
+	pthread_mutex_unlock(&http->lock);
+	if (!len) {
+		errno = EDESTADDRREQ;
+		return NULL;
+	}
+	if (loop_sockets(l) >= l->slots && !direct_close_idle(l)) {
+		errno = EMFILE; /* the budget's slice is full */
+		return NULL;
+	}
+	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+		    IPPROTO_TCP);
+	if (fd < 0)
+		return NULL;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+	if (connect(fd, (struct sockaddr *)&ss, len) != 0 &&
+	    errno != EINPROGRESS) {
+		e = errno;
+		close(fd);
+		errno = e;
+		return NULL;
+	}
+	c = g_new0(struct dconn, 1);
+	c->fd = fd;
+	c->lane = lane;
+	lane->sockets++;
+	g_hash_table_insert(l->dconns, GINT_TO_POINTER(fd), c);
+	return c;
+}
+
+static void direct_free(struct direct *d)
+{
+	if (!d)
+		return;
+	g_free(d->url);
+	g_string_free(d->req, TRUE);
+	g_free(d->head);
+	g_free(d);
+}
+
+/* Lets go of @a's direct transfer: its connection, unless it went back
+ * idle, is closed mid-response. */
+static void direct_drop(struct loop *l, struct attempt *a)
+{
+	struct direct *d = g_steal_pointer(&a->d);
+
+	if (!d)
+		return;
+	if (d->conn) {
+		d->conn->a = NULL;
+		direct_close(l, d->conn);
+	}
+	if (d->link.data)
+		g_queue_unlink(&l->direct, &d->link);
+	direct_free(d);
+}
+
+/* @a ends with @rc (reap() judges it); its connection goes back idle when
+ * it is clean and the server keeps it, else it is closed. */
+static void direct_end(struct loop *l, struct attempt *a, CURLcode rc,
+		       gboolean reusable)
+{
+	struct direct *d = a->d;
+	struct dconn *c = d->conn;
+
+	if (rc == CURLE_OK) {
+		pthread_mutex_lock(&l->http->lock);
+		a->ep->direct++;
+		pthread_mutex_unlock(&l->http->lock);
+	}
+	if (rc == CURLE_OK && reusable && c) {
+		c->a = NULL;
+		d->conn = NULL;
+		c->link.data = c;
+		g_queue_push_tail_link(&c->lane->idle, &c->link);
+		direct_watch(l, c, EPOLLIN | EPOLLRDHUP);
+	}
+	direct_drop(l, a);
+	a->rc = rc;
+	g_ptr_array_add(l->ddone, a);
+}
+
+static void G_GNUC_PRINTF(5, 6)
+	direct_fail(struct loop *l, struct attempt *a, CURLcode rc, int err,
+		    const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	g_vsnprintf(a->errbuf, CURL_ERROR_SIZE, fmt, ap);
+	va_end(ap);
+	a->os_errno = err;
+	direct_end(l, a, rc, FALSE);
+}
+
+static void direct_send(struct loop *l, struct attempt *a);
+
+/* Starts @a's request on a connection: an idle one, or a new one. */
+static gboolean direct_connect(struct loop *l, struct attempt *a,
+			       gboolean reuse)
+{
+	struct direct *d = a->d;
+	struct dconn *c = reuse ? direct_take_idle(l, lane_of(l, a->ep)) : NULL;
+
+	d->reused = c != NULL;
+	d->req_off = 0;
+	d->head_len = 0;
+	d->any_byte = FALSE;
+	if (!c) {
+		c = direct_open(l, a->ep);
+		if (!c)
+			return FALSE;
+		d->state = D_CONNECTING;
+		d->connect_by =
+			g_get_monotonic_time() +
+			(gint64)(l->http->connect_timeout * G_USEC_PER_SEC);
+	} else {
+		d->state = D_SENDING;
+	}
+	c->a = a;
+	d->conn = c;
+	if (d->state == D_CONNECTING)
+		direct_watch(l, c, EPOLLOUT | EPOLLIN);
+	else
+		direct_send(l, a);
+	return TRUE;
+}
+
+/* @a goes to curl after all, as a new transfer of the same round. */
+static void direct_fallback(struct loop *l, struct attempt *a)
+{
+	g_autofree char *url = g_strdup(a->d->url);
+
+	direct_drop(l, a);
+	a->direct = FALSE;
+	if (!curl_setup(l, a, url)) {
+		g_strlcpy(a->errbuf, "curl_easy_init failed", CURL_ERROR_SIZE);
+		g_ptr_array_add(l->add_failed, a);
+		return;
+	}
+	curl_register(l, a);
+}
+
+static void direct_begin(struct loop *l, struct attempt *a)
+{
+	a->d->link.data = a;
+	g_queue_push_tail_link(&l->direct, &a->d->link);
+	if (!direct_connect(l, a, TRUE))
+		direct_fallback(l, a);
+}
+
+/* The connection died before any byte of the response: a reused one
+ * (the server closed it while idle) is replaced once, as curl does. */
+static gboolean direct_retry(struct loop *l, struct attempt *a)
+{
+	struct direct *d = a->d;
+
+	if (!d->reused || d->retried || d->any_byte)
+		return FALSE;
+	d->retried = TRUE;
+	d->conn->a = NULL;
+	direct_close(l, g_steal_pointer(&d->conn));
+	if (!direct_connect(l, a, FALSE))
+		direct_fallback(l, a);
+	return TRUE;
+}
+
+static void direct_recv(struct loop *l, struct attempt *a);
+
+static void direct_send(struct loop *l, struct attempt *a)
+{
+	struct direct *d = a->d;
+
+	while (d->req_off < d->req->len) {
+		ssize_t n = send(d->conn->fd, d->req->str + d->req_off,
+				 d->req->len - d->req_off, MSG_NOSIGNAL);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			direct_watch(l, d->conn, EPOLLOUT | EPOLLIN);
+			return;
+		}
+		if (n < 0) {
+			int e = errno;
+
+			if (!direct_retry(l, a))
+				direct_fail(l, a, CURLE_SEND_ERROR, e,
+					    "send of the request: %s",
+					    g_strerror(e));
+			return;
+		}
+		d->req_off += n;
+	}
+	a->sent = TRUE;
+	a->moved_us = g_get_monotonic_time();
+	d->state = D_HEAD;
+	direct_watch(l, d->conn, EPOLLIN);
+	/* The answer may be there already. */
+	direct_recv(l, a);
+}
+
+static void direct_line(const char *line, gsize len, void *data)
+{
+	on_header((char *)line, 1, len, data);
+}
+
+struct chunk_sink {
+	struct attempt *a;
+	gboolean overflow;
+};
+
+static void direct_chunk(const char *p, gsize n, void *data)
+{
+	struct chunk_sink *s = data;
+
+	if (!s->overflow && !body_take(s->a, s->a->status, p, n))
+		s->overflow = TRUE;
+}
+
+static void direct_overflow(struct loop *l, struct attempt *a)
+{
+	direct_fail(l, a, CURLE_WRITE_ERROR, 0,
+		    "the body exceeds the %" G_GSIZE_FORMAT
+		    " bytes expected; the transfer was cut",
+		    a->req->body_limit);
+}
+
+/*
+ * Body bytes at @p that came with the head, or through the scratch
+ * buffer: FALSE once @a has ended.  *@done: the body is whole.
+ */
+static gboolean direct_body(struct loop *l, struct attempt *a, const char *p,
+			    gsize n, gboolean *done)
+{
+	struct direct *d = a->d;
+
+	*done = FALSE;
+	if (d->h.framing == H1_CHUNKED) {
+		struct chunk_sink s = { .a = a };
+		g_autoptr(GError) error = NULL;
+		gssize took =
+			h1_chunked_feed(&d->ch, p, n, direct_chunk, &s, &error);
+
+		if (took < 0) {
+			direct_fail(l, a, CURLE_WEIRD_SERVER_REPLY, 0,
+				    "malformed response: %s", error->message);
+			return FALSE;
+		}
+		if (s.overflow) {
+			direct_overflow(l, a);
+			return FALSE;
+		}
+		if ((gsize)took < n)
+			d->h.keep_alive = FALSE; /* bytes nobody asked for */
+		*done = d->ch.done;
+		return TRUE;
+	}
+	if (d->h.framing == H1_LENGTH) {
+		if (n > d->left) {
+			d->h.keep_alive = FALSE;
+			n = d->left;
+		}
+		d->left -= n;
+	}
+	if (!body_take(a, a->status, p, n)) {
+		direct_overflow(l, a);
+		return FALSE;
+	}
+	*done = d->h.framing == H1_LENGTH && !d->left;
+	return TRUE;
+}
+
+/* The head is whole: FALSE once @a has ended. */
+static gboolean direct_head_done(struct loop *l, struct attempt *a, gsize took)
+{
+	struct direct *d = a->d;
+	gsize rest = d->head_len - took;
+	gboolean done = d->h.framing == H1_NONE;
+
+	a->status = d->h.status;
+	d->state = D_BODY;
+	if (d->h.framing == H1_LENGTH) {
+		d->left = d->h.length;
+		done = !d->left;
+		if (!error_document(a->status)) {
+			if (a->body->len + d->left > a->req->body_limit) {
+				a->overflow = TRUE;
+				a->body_status = a->status;
+				direct_overflow(l, a);
+				return FALSE;
+			}
+			bufpool_buf_reserve(a->body, d->left);
+		}
+	}
+	if (rest && !done && !direct_body(l, a, d->head + took, rest, &done))
+		return FALSE;
+	if (rest && d->h.framing == H1_NONE)
+		d->h.keep_alive = FALSE;
+	if (done) {
+		direct_end(l, a, CURLE_OK, d->h.keep_alive);
+		return FALSE;
+	}
+	return TRUE;
+}
+
+/* The connection ended (@n == 0) or failed (errno @e) mid-response. */
+static void direct_broken(struct loop *l, struct attempt *a, int e)
+{
+	struct direct *d = a->d;
+
+	if (direct_retry(l, a))
+		return;
+	if (e)
+		direct_fail(l, a, CURLE_RECV_ERROR, e, "receive: %s",
+			    g_strerror(e));
+	else if (!d->any_byte)
+		direct_fail(l, a, CURLE_GOT_NOTHING, 0,
+			    "the server closed the connection without a "
+			    "response (empty reply)");
+	else if (d->state == D_HEAD)
+		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
+			    "the server closed the connection within the "
+			    "response's head");
+	else if (d->h.framing == H1_CLOSE)
+		direct_end(l, a, CURLE_OK, FALSE);
+	else if (d->h.framing == H1_LENGTH)
+		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
+			    "the server closed the connection with "
+			    "%" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT
+			    " body bytes to come (partial body)",
+			    d->left, d->h.length);
+	else
+		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
+			    "the server closed the connection within a "
+			    "chunked body (partial body)");
+}
+
+static void direct_recv(struct loop *l, struct attempt *a)
+{
+	struct direct *d = a->d;
+	char scratch[DIRECT_SCRATCH];
+
+	for (;;) {
+		gboolean straight = d->state == D_BODY &&
+				    d->h.framing == H1_LENGTH &&
+				    !error_document(a->status);
+		char *into;
+		gsize want;
+		ssize_t n;
+
+		if (d->state == D_HEAD) {
+			if (d->head_len == d->head_cap) {
+				d->head_cap = MAX(4096, d->head_cap * 2);
+				d->head = g_realloc(d->head, d->head_cap);
+			}
+			into = d->head + d->head_len;
+			want = d->head_cap - d->head_len;
+		} else if (straight) {
+			into = (char *)a->body->data + a->body->len;
+			want = d->left;
+		} else {
+			into = scratch;
+			want = d->h.framing == H1_LENGTH
+				       ? MIN(d->left, sizeof(scratch))
+				       : sizeof(scratch);
+		}
+		n = recv(d->conn->fd, into, want, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+			return;
+		if (n <= 0) {
+			direct_broken(l, a, n < 0 ? errno : 0);
+			return;
+		}
+		d->any_byte = TRUE;
+		a->moved_us = g_get_monotonic_time();
+		if (d->state == D_HEAD) {
+			g_autoptr(GError) error = NULL;
+			gssize took;
+
+			d->head_len += n;
+again:
+			took = h1_parse_head(d->head, d->head_len, FALSE, &d->h,
+					     direct_line, a, &error);
+			if (took < 0) {
+				direct_fail(l, a, CURLE_WEIRD_SERVER_REPLY, 0,
+					    "malformed response: %s",
+					    error->message);
+				return;
+			}
+			if (!took)
+				continue;
+			if (d->h.informational) {
+				d->head_len -= took;
+				memmove(d->head, d->head + took, d->head_len);
+				goto again;
+			}
+			if (!direct_head_done(l, a, took))
+				return;
+			continue;
+		}
+		if (straight) {
+			gboolean done;
+
+			a->body->len += n;
+			a->received += n;
+			d->left -= n;
+			done = !d->left;
+			a->moved_dl = (curl_off_t)a->received;
+			if (done) {
+				direct_end(l, a, CURLE_OK, d->h.keep_alive);
+				return;
+			}
+			continue;
+		}
+		{
+			gboolean done;
+
+			if (!direct_body(l, a, scratch, n, &done))
+				return;
+			a->moved_dl = (curl_off_t)a->received;
+			if (done) {
+				direct_end(l, a, CURLE_OK, d->h.keep_alive);
+				return;
+			}
+		}
+	}
+}
+
+/* A socket event on the direct connection @c. */
+static void direct_event(struct loop *l, struct dconn *c, guint32 events)
+{
+	struct attempt *a = c->a;
+	struct direct *d;
+
+	if (!a) {
+		/* Idle: the server closed it, or sent what nobody asked. */
+		direct_close(l, c);
+		return;
+	}
+	d = a->d;
+	if (d->state == D_CONNECTING) {
+		int err = 0;
+		socklen_t len = sizeof(err);
+
+		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
+			return;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+			err = errno;
+		if (err) {
+			/* curl connects again, and says why it cannot. */
+			direct_forget(l->http, a->ep);
+			direct_fallback(l, a);
+			return;
+		}
+		d->state = D_SENDING;
+	}
+	if (d->state == D_SENDING)
+		direct_send(l, a);
+	else
+		direct_recv(l, a);
+}
+
+/* Deadlines and cancels of the direct path's attempts, as on_progress()
+ * and curl's timeouts do for curl's. */
+static void direct_sweep(struct loop *l, gint64 now)
+{
+	struct http *http = l->http;
+	GList *it = l->direct.head;
+
+	while (it) {
+		struct attempt *a = it->data;
+		struct direct *d = a->d;
+
+		it = it->next;
+		if (http_cancel_is_set(a->req->cancel)) {
+			a->cancelled = TRUE;
+			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
+				    "cancelled by its caller");
+		} else if (d->state == D_CONNECTING && now >= d->connect_by) {
+			direct_forget(http, a->ep);
+			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, ETIMEDOUT,
+				    "connect: no answer within %.1f s "
+				    "(connect_timeout)",
+				    http->connect_timeout);
+		} else if (a->sent &&
+			   now - a->moved_us >= (gint64)(http->stall_timeout *
+							 G_USEC_PER_SEC)) {
+			a->stalled = TRUE;
+			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
+				    "stalled");
+		} else if (http->request_timeout > 0 &&
+			   now - a->start_us >= (gint64)(http->request_timeout *
+							 G_USEC_PER_SEC)) {
+			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, 0,
+				    "request_timeout (%.1f s) with "
+				    "%" G_GUINT64_FORMAT " body bytes in",
+				    http->request_timeout, a->received);
+		}
+	}
+}
+
+/* Until the direct path's next deadline, in ms, at most @ms. */
+static gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now)
+{
+	struct http *http = l->http;
+	GList *it;
+
+	for (it = l->direct.head; it; it = it->next) {
+		struct attempt *a = it->data;
+		struct direct *d = a->d;
+
+		if (d->state == D_CONNECTING)
+			ms = MIN(ms, until(d->connect_by, now));
+		if (a->sent)
+			ms = MIN(ms,
+				 until(a->moved_us +
+					       (gint64)(http->stall_timeout *
+							G_USEC_PER_SEC),
+				       now));
+		if (http->request_timeout > 0)
+			ms = MIN(ms,
+				 until(a->start_us +
+					       (gint64)(http->request_timeout *
+							G_USEC_PER_SEC),
+				       now));
+	}
+	return ms;
 }
 
 /*
@@ -1346,7 +2211,8 @@ static void attempt_start(struct loop *l, struct http_request *req,
 	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
 			  headers, &tag, req->data, &error))
 		goto fail;
-	a = attempt_new(l, req, ep, url->str, headers);
+	a = attempt_new(l, req, ep, url->str, headers,
+			direct_usable(http, req, ep, url->str));
 	if (!a) {
 		g_set_error(&error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
 		goto fail;
@@ -1387,7 +2253,10 @@ static void attempt_unlink(struct loop *l, struct attempt *a)
 {
 	struct http *http = l->http;
 
-	curl_multi_remove_handle(l->multi, a->easy);
+	if (a->easy)
+		curl_multi_remove_handle(l->multi, a->easy);
+	else /* ended, perhaps not reaped yet */
+		g_ptr_array_remove_fast(l->ddone, a);
 	a->req->running[a->hedge] = NULL;
 	if (a->hedge_link.data) {
 		g_queue_unlink(&l->hedge_wait, &a->hedge_link);
@@ -1462,6 +2331,17 @@ static GError *transport_error(struct attempt *a, CURLcode rc)
 				   " body bytes in",
 				   (g_get_monotonic_time() - a->moved_us) / 1e6,
 				   a->moved_dl);
+	if (a->direct) {
+		g_string_printf(msg, "HTTP/1.1 (direct): %s", a->errbuf);
+		if (a->os_errno)
+			g_string_append_printf(msg, " [os errno %d: %s]",
+					       a->os_errno,
+					       g_strerror(a->os_errno));
+		return g_error_new_literal(
+			BFS_ERROR,
+			rc == CURLE_OPERATION_TIMEDOUT ? ETIMEDOUT : EIO,
+			msg->str);
+	}
 	g_string_printf(msg, "curl %d (%s)", rc, curl_easy_strerror(rc));
 	if (a->errbuf[0])
 		g_string_append_printf(msg, ": %s", a->errbuf);
@@ -1849,8 +2729,10 @@ static void attempt_done(struct loop *l, struct attempt *a, CURLcode rc)
 
 	attempt_unlink(l, a);
 	a->rc = rc;
-	if (rc == CURLE_OK)
+	if (rc == CURLE_OK && a->easy) {
 		curl_easy_getinfo(a->easy, CURLINFO_RESPONSE_CODE, &a->status);
+		direct_learn(l->http, a);
+	}
 	response_init(&resp, a);
 	verdict = judge_attempt(a, rc, &resp, &error);
 	if (verdict != HTTP_VERDICT_DONE && !error)
@@ -2098,6 +2980,11 @@ static void reap(struct loop *l)
 	while (l->add_failed->len > 0)
 		attempt_done(l, g_ptr_array_steal_index(l->add_failed, 0),
 			     CURLE_FAILED_INIT);
+	while (l->ddone->len > 0) {
+		struct attempt *a = g_ptr_array_steal_index(l->ddone, 0);
+
+		attempt_done(l, a, a->rc);
+	}
 	while ((msg = curl_multi_info_read(l->multi, &left))) {
 		struct attempt *a = NULL;
 
@@ -2128,8 +3015,9 @@ static int poll_timeout_ms(struct loop *l)
 		ms = curl_ms;
 	if (g_hash_table_size(l->unwatched) > 0)
 		ms = MIN(ms, UNWATCHED_POLL_MS);
-	if (l->add_failed->len > 0)
+	if (l->add_failed->len > 0 || l->ddone->len > 0)
 		ms = 0;
+	ms = direct_timeout_ms(l, ms, now);
 	if (next)
 		ms = MIN(ms, until(next->due_us, now));
 	if (!l->ramp_blocked && (!hedge || l->hedge_blocked))
@@ -2267,6 +3155,16 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 	for (i = 0; i < n; i++) {
 		int what = 0;
 
+		if (ev[i].data.u64 & DIRECT_TAG) {
+			struct dconn *c = g_hash_table_lookup(
+				l->dconns,
+				GINT_TO_POINTER((int)(guint32)ev[i].data.u64));
+
+			/* NULL: closed by an event before it in the batch. */
+			if (c)
+				direct_event(l, c, ev[i].events);
+			continue;
+		}
 		if (ev[i].data.fd == l->wake_fd) {
 			loop_woken(l);
 			continue;
@@ -2299,6 +3197,8 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 	curl_multi_timeout(l->multi, &ms);
 	if (ms == 0)
 		socket_action(l, CURL_SOCKET_TIMEOUT, 0);
+	if (l->direct.length)
+		direct_sweep(l, g_get_monotonic_time());
 }
 
 static gpointer event_thread(gpointer data)
@@ -2349,6 +3249,16 @@ static void http_set_options(struct http *http, const struct http_options *o)
 		o->connect_timeout > 0 ? o->connect_timeout : 10;
 	http->stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 30;
 	http->request_timeout = o->request_timeout;
+	http->direct = o->direct_receive;
+	if (http->direct && (getenv("http_proxy") || getenv("all_proxy") ||
+			     getenv("ALL_PROXY"))) {
+		/* curl sends plain HTTP through the proxy; so must every
+		 * request. */
+		http->direct = FALSE;
+		log_msg(LOG_LEVEL_INFO,
+			"direct receive off: a proxy is set (http_proxy or "
+			"all_proxy); every request goes through curl");
+	}
 	http->backoff_base =
 		o->backoff_base > 0 ? o->backoff_base : BACKOFF_BASE;
 	http->backoff_max = o->backoff_max > 0 ? o->backoff_max : 20;
@@ -2382,6 +3292,11 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	l->slots = http->max_connections / http->nloops +
 		   (i < http->max_connections % http->nloops);
 	l->lanes = g_new0(struct lane, http->endpoints->len);
+	for (guint j = 0; j < http->endpoints->len; j++)
+		l->lanes[j].loop = l;
+	l->dconns = g_hash_table_new(NULL, NULL);
+	g_queue_init(&l->direct);
+	l->ddone = g_ptr_array_new();
 	g_queue_init(&l->inbox);
 	g_queue_init(&l->ready);
 	g_queue_init(&l->waiting);
@@ -2416,7 +3331,7 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	}
 	{
 		struct epoll_event ev = { .events = EPOLLIN,
-					  .data.fd = l->wake_fd };
+					  .data.u64 = (guint32)l->wake_fd };
 
 		if (epoll_ctl(l->epfd, EPOLL_CTL_ADD, l->wake_fd, &ev) != 0) {
 			g_set_error(error, BFS_ERROR, errno,
@@ -2553,6 +3468,18 @@ void http_shutdown(struct http *http)
 
 static void loop_clear(struct loop *l)
 {
+	/* The idle direct connections (the rest went with their attempts). */
+	while (l->dconns && g_hash_table_size(l->dconns) > 0) {
+		GHashTableIter it;
+		gpointer c;
+
+		g_hash_table_iter_init(&it, l->dconns);
+		g_hash_table_iter_next(&it, NULL, &c);
+		((struct dconn *)c)->a = NULL;
+		direct_close(l, c);
+	}
+	g_clear_pointer(&l->dconns, g_hash_table_unref);
+	g_clear_pointer(&l->ddone, g_ptr_array_unref);
 	g_clear_pointer(&l->spare_easy, g_ptr_array_unref);
 	/* Closes the idle connections, through on_close_socket(); the
 	 * epoll set goes after it. */
@@ -2612,6 +3539,7 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 		o->errors = ep->errors;
 		o->hedges = ep->hedges;
 		o->ejections = ep->ejections;
+		o->direct = ep->direct;
 		o->inflight = ep->inflight;
 		o->ejected = ep->ejected;
 		n = ep->latency_len;

@@ -179,6 +179,11 @@ struct http_options {
 	 * not malloc; freed ones stay mapped for the next body, at most this
 	 * many bytes of them (0 = 64 MiB), and the rest are unmapped. */
 	gsize body_idle_max;
+	/* GETs to plain-HTTP endpoints run on the engine's own connections,
+	 * their bodies received straight into the body's buffer, once curl
+	 * has connected to the endpoint (http.c, "the direct receive path");
+	 * off while a proxy is set (http_proxy, all_proxy, ALL_PROXY). */
+	gboolean direct_receive;
 };
 
 /*
@@ -205,6 +210,7 @@ struct http_endpoint_stats {
 	guint64 errors;	   /* attempts that failed (transport or judged) */
 	guint64 hedges;	   /* duplicates started here (also in requests) */
 	guint64 ejections; /* times ejected */
+	guint64 direct;	   /* responses on the direct receive path */
 	guint inflight;	   /* attempts running now */
 	gboolean ejected;  /* now */
 	double p50_ms;

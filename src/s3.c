@@ -1167,6 +1167,7 @@ struct s3 *s3_new_for_bucket(const struct config *cfg, const char *bucket,
 				    ? cfg->max_connections
 				    : CONFIG_DEFAULT_MAX_CONNECTIONS;
 	o.event_threads = cfg->event_threads;
+	o.direct_receive = !cfg->receive_curl;
 	s3->http = http_new(&o, error);
 	if (!s3->http)
 		goto fail;

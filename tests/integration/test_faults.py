@@ -20,6 +20,7 @@ so mounting sends no request and the fault lands on the read.
 """
 
 import errno
+import json
 import os
 import random
 import re
@@ -459,8 +460,9 @@ class BrokenTransferTest(FaultTestBase):
     def test_persistent_broken_bodies_fail(self):
         # retry_deadline=0: a stall counts in max_attempts like the others
         # (by default a silent server is waited for: the next two tests).
+        # curl's words: the direct path has its own (the next test).
         m = self.mount("syn", "max_attempts=2", "stall_timeout=1",
-                       "retry_deadline=0")
+                       "retry_deadline=0", "http_receive=curl")
         cases = [
             ({"kind": "stall", "after_bytes": 5000, "seconds": 30},
              errno.ETIMEDOUT,
@@ -490,6 +492,44 @@ class BrokenTransferTest(FaultTestBase):
                 self.assert_fails(m, key, err_no,
                                   read_re(key) + get_re("syn", key, "2/2") +
                                   cause, BOUND_FAST)
+        self.unmount(m)
+
+    def test_persistent_broken_bodies_fail_on_the_direct_path(self):
+        """The same faults once GETs run on the direct receive path (a
+        connection of bucketfs's own, after curl's first one): the same
+        errno, and a cause in the path's own words."""
+        m = self.mount("syn", "max_attempts=2", "stall_timeout=1",
+                       "retry_deadline=0")
+        # curl's GET connects: its address is the direct path's.
+        self.assert_reads(m, fresh_key(), BOUND_FAST)
+        direct = r"HTTP/1\.1 \(direct\): "
+        cases = [
+            ({"kind": "stall", "after_bytes": 5000, "seconds": 30},
+             errno.ETIMEDOUT,
+             r"stalled: no byte moved for \d+\.\d s \(stall_timeout\), "
+             r"\d+ body bytes in"),
+            ({"kind": "reset", "after_bytes": 5000}, errno.EIO,
+             direct + r"receive: .*\[os errno 104: Connection reset by "
+             r"peer\]"),
+            ({"kind": "truncate", "after_bytes": 5000}, errno.EIO,
+             direct + r"the server closed the connection with \d+ of "
+             r"\d+ body bytes to come \(partial body\)"),
+            ({"kind": "drop"}, errno.EIO,
+             direct + r"the server closed the connection without a "
+             r"response \(empty reply\)"),
+        ]
+        for case, err_no, cause in cases:
+            with self.subTest(**case):
+                key = fresh_key()
+                self.server.faults([dict(case, op="GET",
+                                         key_regex=re.escape(key))])
+                self.assert_fails(m, key, err_no,
+                                  read_re(key) + get_re("syn", key, "2/2") +
+                                  cause, BOUND_FAST)
+        # "direct" counts the answers the path gave: a clean read is one.
+        self.assert_reads(m, fresh_key(), BOUND_FAST)
+        stats = json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
+        self.assertGreater(stats["endpoints"][0]["direct"], 0)
         self.unmount(m)
 
     def test_stalls_within_the_deadline_are_waited_for(self):

@@ -26,7 +26,7 @@ PREFIX = 'we"ird\\pre\tfix\x01 \u00fc\U0001f600/'
 FILES = {"a.bin": b"a" * 5000, "b.bin": b"b" * 70000, "sub/c.txt": b"c\n"}
 
 ENDPOINT = {"url": str, "requests": int, "bytes": int, "errors": int,
-            "hedges": int, "ejections": int, "inflight": int,
+            "hedges": int, "ejections": int, "direct": int, "inflight": int,
             "ejected": bool, "p50_ms": float, "p99_ms": float}
 READAHEAD = ["objects_fetched", "parts_fetched", "direct_reads",
              "prefetch_hits", "prefetch_wasted", "prefetch_late",
@@ -118,6 +118,9 @@ class StatsTest(harness.MountCase):
                                 len(FILES))
         self.assertGreaterEqual(sum(e["bytes"] for e in s["endpoints"]),
                                 sum(len(v) for v in FILES.values()))
+        # Answers on the direct receive path are some of the requests.
+        self.assertLessEqual(sum(e["direct"] for e in s["endpoints"]),
+                             sum(e["requests"] for e in s["endpoints"]))
 
         # A SIGHUP reopens the index file: the next generation.
         m.proc.send_signal(signal.SIGHUP)
