@@ -1786,6 +1786,7 @@ static void direct_fallback(struct loop *l, struct attempt *a)
 
 	direct_drop(l, a);
 	a->direct = FALSE;
+	a->sent = FALSE; /* curl's stall clock starts with its request */
 	if (!curl_setup(l, a, url)) {
 		g_strlcpy(a->errbuf, "curl_easy_init failed", CURL_ERROR_SIZE);
 		g_ptr_array_add(l->add_failed, a);
