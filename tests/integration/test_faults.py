@@ -484,7 +484,13 @@ class BrokenTransferTest(FaultTestBase):
              r"(response body exceeds the \d+ bytes expected|"
              r"Content-Range '[^']*' but \d+ body bytes arrived)"),
         ]
-        for i, (case, err_no, cause) in enumerate(cases):
+        self.fail_each(m, cases)
+        self.unmount(m)
+
+    def fail_each(self, m, cases):
+        """Each (fault, errno, cause) fails a fresh key's read on its last
+        attempt with that errno and cause."""
+        for case, err_no, cause in cases:
             with self.subTest(**case):
                 key = fresh_key()
                 self.server.faults([dict(case, op="GET",
@@ -492,7 +498,6 @@ class BrokenTransferTest(FaultTestBase):
                 self.assert_fails(m, key, err_no,
                                   read_re(key) + get_re("syn", key, "2/2") +
                                   cause, BOUND_FAST)
-        self.unmount(m)
 
     def test_persistent_broken_bodies_fail_on_the_direct_path(self):
         """The same faults once GETs run on the direct receive path (a
@@ -518,14 +523,7 @@ class BrokenTransferTest(FaultTestBase):
              direct + r"the server closed the connection without a "
              r"response \(empty reply\)"),
         ]
-        for case, err_no, cause in cases:
-            with self.subTest(**case):
-                key = fresh_key()
-                self.server.faults([dict(case, op="GET",
-                                         key_regex=re.escape(key))])
-                self.assert_fails(m, key, err_no,
-                                  read_re(key) + get_re("syn", key, "2/2") +
-                                  cause, BOUND_FAST)
+        self.fail_each(m, cases)
         # "direct" counts the answers the path gave: a clean read is one.
         self.assert_reads(m, fresh_key(), BOUND_FAST)
         stats = json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
