@@ -105,7 +105,7 @@ struct endpoint {
 	guint64 errors;
 	guint64 hedges;
 	guint64 ejections;
-	guint64 direct; /* attempts on the direct receive path */
+	guint64 direct; /* answers of the direct receive path */
 	/* The address curl last connected to for a request, for the direct
 	 * path: good for DIRECT_ADDR_TTL_US, and for @addr_host only. */
 	struct sockaddr_storage addr;
@@ -860,7 +860,7 @@ const char *http_response_header(const struct http_response *resp,
 	return resp->headers ? g_hash_table_lookup(resp->headers, name) : NULL;
 }
 
-static void direct_make_room(struct loop *l);
+static gboolean direct_make_room(struct loop *l);
 
 /* -- curl callbacks (the attempt's loop) -------------------------------- */
 
@@ -1282,14 +1282,21 @@ static gboolean curl_setup(struct loop *l, struct attempt *a, const char *url)
 	return TRUE;
 }
 
-static struct direct *direct_new(struct http *http, const char *url,
-				 GPtrArray *headers);
+struct direct_addr {
+	struct sockaddr_storage ss;
+	socklen_t len; /* 0: none, the attempt is curl's */
+};
 
-/* A new attempt at @url, on the direct path when @direct (which
- * direct_usable() said), else on curl; NULL when curl has no handle. */
+static struct direct *direct_new(struct http *http, const char *url,
+				 GPtrArray *headers,
+				 const struct direct_addr *addr);
+
+/* A new attempt at @url, on the direct path to @addr when it has one
+ * (direct_usable()), else on curl; NULL when curl has no handle. */
 static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 				   struct endpoint *ep, const char *url,
-				   GPtrArray *headers, gboolean direct)
+				   GPtrArray *headers,
+				   const struct direct_addr *addr)
 {
 	struct attempt *a = g_new0(struct attempt, 1);
 	guint i;
@@ -1312,8 +1319,8 @@ static struct attempt *attempt_new(struct loop *l, struct http_request *req,
 	}
 	/* No "Expect: 100-continue" round trip for small PUTs. */
 	a->req_headers = curl_slist_append(a->req_headers, "Expect:");
-	if (direct) {
-		a->d = direct_new(l->http, url, headers);
+	if (addr->len) {
+		a->d = direct_new(l->http, url, headers, addr);
 		a->direct = TRUE;
 		return a;
 	}
@@ -1438,6 +1445,7 @@ struct direct {
 	struct h1_head h;
 	guint64 left; /* H1_LENGTH: body bytes to come */
 	struct h1_chunked ch;
+	struct direct_addr addr; /* where its connections go */
 	gint64 connect_by;
 	GList link; /* in loop->direct */
 };
@@ -1451,25 +1459,29 @@ static const char *url_authority(const char *url, gsize *len)
 	return a;
 }
 
-/* Whether @req may run on the direct path to @ep at @url. */
-static gboolean direct_usable(struct http *http, const struct http_request *req,
-			      struct endpoint *ep, const char *url)
+/* Where @req may run on the direct path to @ep at @url: @out's length
+ * is 0 when it may not. */
+static void direct_usable(struct http *http, const struct http_request *req,
+			  struct endpoint *ep, const char *url,
+			  struct direct_addr *out)
 {
 	gint64 now = g_get_monotonic_time();
-	gboolean ok;
 	const char *host;
 	gsize len;
 
+	out->len = 0;
 	if (!http->direct || strcmp(req->method, "GET") != 0 || req->upload ||
 	    g_ascii_strncasecmp(url, "http://", 7) != 0)
-		return FALSE;
+		return;
 	host = url_authority(url, &len);
 	pthread_mutex_lock(&http->lock);
-	ok = ep->addr_at && now - ep->addr_at < DIRECT_ADDR_TTL_US &&
-	     ep->addr_host && strlen(ep->addr_host) == len &&
-	     !g_ascii_strncasecmp(ep->addr_host, host, len);
+	if (ep->addr_at && now - ep->addr_at < DIRECT_ADDR_TTL_US &&
+	    ep->addr_host && strlen(ep->addr_host) == len &&
+	    !g_ascii_strncasecmp(ep->addr_host, host, len)) {
+		out->ss = ep->addr;
+		out->len = ep->addr_len;
+	}
 	pthread_mutex_unlock(&http->lock);
-	return ok;
 }
 
 /* After curl's successful @a: the address it connected to. */
@@ -1530,13 +1542,15 @@ static void direct_forget(struct http *http, struct endpoint *ep)
 }
 
 static struct direct *direct_new(struct http *http, const char *url,
-				 GPtrArray *headers)
+				 GPtrArray *headers,
+				 const struct direct_addr *addr)
 {
 	struct direct *d = g_new0(struct direct, 1);
 	const char *target;
 	gsize alen;
 	guint i;
 
+	d->addr = *addr;
 	d->url = g_strdup(url);
 	target = url_authority(url, &alen) + alen;
 	d->req = g_string_sized_new(512);
@@ -1612,11 +1626,11 @@ static gboolean direct_close_idle(struct loop *l)
 	return FALSE;
 }
 
-/* Before a socket opens: at the loop's slice, an idle direct one goes. */
-static void direct_make_room(struct loop *l)
+/* Before a socket opens: at the loop's slice, an idle direct one goes.
+ * FALSE: the slice is full of sockets in use, or curl's. */
+static gboolean direct_make_room(struct loop *l)
 {
-	if (l && l->dconns && loop_sockets(l) >= l->slots)
-		direct_close_idle(l);
+	return loop_sockets(l) < l->slots || direct_close_idle(l);
 }
 
 /* An idle connection @a's lane can reuse, or NULL. */
@@ -1638,35 +1652,25 @@ static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
 	return NULL;
 }
 
-/* A new connection to @ep's address, connecting; NULL with errno. */
-static struct dconn *direct_open(struct loop *l, struct endpoint *ep)
+/* A new connection of @a's, connecting; NULL with errno. */
+static struct dconn *direct_open(struct loop *l, struct attempt *a)
 {
-	struct http *http = l->http;
-	struct lane *lane = lane_of(l, ep);
-	struct sockaddr_storage ss;
-	socklen_t len;
+	const struct direct_addr *addr = &a->d->addr;
+	struct lane *lane = lane_of(l, a->ep);
 	struct dconn *c;
 	int fd, one = 1, e;
 
-	pthread_mutex_lock(&http->lock);
-	ss = ep->addr;
-	len = ep->addr_len;
-	pthread_mutex_unlock(&http->lock);
-	if (!len) {
-		errno = EDESTADDRREQ;
-		return NULL;
-	}
-	if (loop_sockets(l) >= l->slots && !direct_close_idle(l)) {
+	if (!direct_make_room(l)) {
 		errno = EMFILE; /* the budget's slice is full */
 		return NULL;
 	}
-	fd = socket(ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-		    IPPROTO_TCP);
+	fd = socket(addr->ss.ss_family,
+		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
 	if (fd < 0)
 		return NULL;
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	if (connect(fd, (struct sockaddr *)&ss, len) != 0 &&
+	if (connect(fd, (const struct sockaddr *)&addr->ss, addr->len) != 0 &&
 	    errno != EINPROGRESS) {
 		e = errno;
 		close(fd);
@@ -1716,11 +1720,6 @@ static void direct_end(struct loop *l, struct attempt *a, CURLcode rc,
 	struct direct *d = a->d;
 	struct dconn *c = d->conn;
 
-	if (rc == CURLE_OK) {
-		pthread_mutex_lock(&l->http->lock);
-		a->ep->direct++;
-		pthread_mutex_unlock(&l->http->lock);
-	}
 	if (rc == CURLE_OK && reusable && c) {
 		c->a = NULL;
 		d->conn = NULL;
@@ -1760,7 +1759,7 @@ static gboolean direct_connect(struct loop *l, struct attempt *a,
 	d->head_len = 0;
 	d->any_byte = FALSE;
 	if (!c) {
-		c = direct_open(l, a->ep);
+		c = direct_open(l, a);
 		if (!c)
 			return FALSE;
 		d->state = D_CONNECTING;
@@ -1782,7 +1781,7 @@ static gboolean direct_connect(struct loop *l, struct attempt *a,
 /* @a goes to curl after all, as a new transfer of the same round. */
 static void direct_fallback(struct loop *l, struct attempt *a)
 {
-	g_autofree char *url = g_strdup(a->d->url);
+	g_autofree char *url = g_steal_pointer(&a->d->url);
 
 	direct_drop(l, a);
 	a->direct = FALSE;
@@ -2117,6 +2116,29 @@ static void direct_event(struct loop *l, struct dconn *c, guint32 events)
 		direct_recv(l, a);
 }
 
+/* When @a's connect times out, it stalls (as on_progress() judges curl's),
+ * and its request_timeout ends it; G_MAXINT64: never. */
+static gint64 direct_connect_due(const struct attempt *a)
+{
+	return a->d->state == D_CONNECTING ? a->d->connect_by : G_MAXINT64;
+}
+
+static gint64 direct_stall_due(const struct http *http, const struct attempt *a)
+{
+	return a->sent ? a->moved_us +
+				 (gint64)(http->stall_timeout * G_USEC_PER_SEC)
+		       : G_MAXINT64;
+}
+
+static gint64 direct_request_due(const struct http *http,
+				 const struct attempt *a)
+{
+	return http->request_timeout > 0
+		       ? a->start_us + (gint64)(http->request_timeout *
+						G_USEC_PER_SEC)
+		       : G_MAXINT64;
+}
+
 /* Deadlines and cancels of the direct path's attempts, as on_progress()
  * and curl's timeouts do for curl's. */
 static void direct_sweep(struct loop *l, gint64 now)
@@ -2126,28 +2148,23 @@ static void direct_sweep(struct loop *l, gint64 now)
 
 	while (it) {
 		struct attempt *a = it->data;
-		struct direct *d = a->d;
 
 		it = it->next;
 		if (http_cancel_is_set(a->req->cancel)) {
 			a->cancelled = TRUE;
 			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
 				    "cancelled by its caller");
-		} else if (d->state == D_CONNECTING && now >= d->connect_by) {
+		} else if (now >= direct_connect_due(a)) {
 			direct_forget(http, a->ep);
 			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, ETIMEDOUT,
 				    "connect: no answer within %.1f s "
 				    "(connect_timeout)",
 				    http->connect_timeout);
-		} else if (a->sent &&
-			   now - a->moved_us >= (gint64)(http->stall_timeout *
-							 G_USEC_PER_SEC)) {
+		} else if (now >= direct_stall_due(http, a)) {
 			a->stalled = TRUE;
 			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
 				    "stalled");
-		} else if (http->request_timeout > 0 &&
-			   now - a->start_us >= (gint64)(http->request_timeout *
-							 G_USEC_PER_SEC)) {
+		} else if (now >= direct_request_due(http, a)) {
 			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, 0,
 				    "request_timeout (%.1f s) with "
 				    "%" G_GUINT64_FORMAT " body bytes in",
@@ -2159,27 +2176,16 @@ static void direct_sweep(struct loop *l, gint64 now)
 /* Until the direct path's next deadline, in ms, at most @ms. */
 static gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now)
 {
-	struct http *http = l->http;
 	GList *it;
 
 	for (it = l->direct.head; it; it = it->next) {
 		struct attempt *a = it->data;
-		struct direct *d = a->d;
+		gint64 due = MIN(direct_connect_due(a),
+				 MIN(direct_stall_due(l->http, a),
+				     direct_request_due(l->http, a)));
 
-		if (d->state == D_CONNECTING)
-			ms = MIN(ms, until(d->connect_by, now));
-		if (a->sent)
-			ms = MIN(ms,
-				 until(a->moved_us +
-					       (gint64)(http->stall_timeout *
-							G_USEC_PER_SEC),
-				       now));
-		if (http->request_timeout > 0)
-			ms = MIN(ms,
-				 until(a->start_us +
-					       (gint64)(http->request_timeout *
-							G_USEC_PER_SEC),
-				       now));
+		if (due < G_MAXINT64)
+			ms = MIN(ms, until(due, now));
 	}
 	return ms;
 }
@@ -2197,6 +2203,7 @@ static void attempt_start(struct loop *l, struct http_request *req,
 	g_autoptr(GPtrArray) headers = g_ptr_array_new_with_free_func(g_free);
 	GError *error = NULL;
 	gpointer tag = NULL;
+	struct direct_addr addr;
 	struct attempt *a;
 
 	if (!b->hedge) {
@@ -2212,8 +2219,8 @@ static void attempt_start(struct loop *l, struct http_request *req,
 	if (!req->prepare(&ep->pub, g_get_real_time() / G_USEC_PER_SEC, url,
 			  headers, &tag, req->data, &error))
 		goto fail;
-	a = attempt_new(l, req, ep, url->str, headers,
-			direct_usable(http, req, ep, url->str));
+	direct_usable(http, req, ep, url->str, &addr);
+	a = attempt_new(l, req, ep, url->str, headers, &addr);
 	if (!a) {
 		g_set_error(&error, BFS_ERROR, ENOMEM, "curl_easy_init failed");
 		goto fail;
@@ -2460,6 +2467,8 @@ static void account(struct http *http, struct attempt *a, CURLcode rc,
 		/* A cancelled one, like a hedge's loser, is no error. */
 		ep->errors++;
 	}
+	if (a->direct && rc == CURLE_OK)
+		ep->direct++;
 	health_note(http, a, o, chain, now);
 	pthread_mutex_unlock(&http->lock);
 }
