@@ -436,22 +436,20 @@ static void grow(struct bufpool_buf *b, gsize need)
 	bufpool_buf_free(d);
 }
 
-void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
-{
-	if (!n)
-		return;
-	g_assert(b->len + n > b->len);
-	if (b->len + n > b->cap)
-		grow(b, b->len + n);
-	memcpy(b->data + b->len, p, n);
-	b->len += n;
-}
-
 void bufpool_buf_reserve(struct bufpool_buf *b, gsize n)
 {
 	g_assert(b->len + n >= b->len);
 	if (b->len + n > b->cap)
 		grow(b, b->len + n);
+}
+
+void bufpool_buf_append(struct bufpool_buf *b, const void *p, gsize n)
+{
+	if (!n)
+		return;
+	bufpool_buf_reserve(b, n);
+	memcpy(b->data + b->len, p, n);
+	b->len += n;
 }
 
 void bufpool_buf_cut(struct bufpool_buf *b, gsize off, gsize len)
