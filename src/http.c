@@ -161,12 +161,17 @@ struct loop {
 	GPtrArray *spare_easy; /* easy handles for later attempts */
 	gboolean ramp_blocked;
 	gboolean hedge_blocked;
-	GRand *rand;	       /* backoff jitter */
-	GHashTable *unwatched; /* sockets epoll refused: polled by hand */
-	GPtrArray *add_failed; /* attempts curl_multi_add_handle() refused */
-	GHashTable *dconns;    /* direct connections: fd -> struct dconn */
-	GQueue direct;	       /* attempts running on the direct path */
-	GPtrArray *ddone;      /* direct attempts ended, for reap() */
+	GRand *rand;		/* backoff jitter */
+	GHashTable *unwatched;	/* sockets epoll refused: polled by hand */
+	GPtrArray *add_failed;	/* attempts curl_multi_add_handle() refused */
+	GHashTable *dconns;	/* direct connections: fd -> struct dconn */
+	guint direct_sockets;	/* of them */
+	long curl_cap;		/* CURLMOPT_MAX_TOTAL_CONNECTIONS: the slots
+				 * the direct connections leave */
+	gboolean curl_squeezed; /* curl keeps one idle connection per
+				 * endpoint (direct_squeeze_curl()) */
+	GQueue direct;		/* attempts running on the direct path */
+	GPtrArray *ddone;	/* direct attempts ended, for reap() */
 };
 
 /*
@@ -860,8 +865,6 @@ const char *http_response_header(const struct http_response *resp,
 	return resp->headers ? g_hash_table_lookup(resp->headers, name) : NULL;
 }
 
-static gboolean direct_make_room(struct loop *l);
-
 /* -- curl callbacks (the attempt's loop) -------------------------------- */
 
 /* Whether a body of @status is an error document, kept only in part. */
@@ -982,7 +985,6 @@ static curl_socket_t on_open_socket(void *clientp, curlsocktype purpose,
 	curl_socket_t fd;
 
 	(void)purpose;
-	direct_make_room(lane->loop);
 	fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC,
 		    addr->protocol);
 	if (fd != CURL_SOCKET_BAD)
@@ -1368,10 +1370,16 @@ static void unbook(struct loop *l, struct endpoint *ep, gboolean probe)
 		ep->probing = FALSE;
 }
 
+static gboolean direct_make_room(struct loop *l);
+
 static void curl_register(struct loop *l, struct attempt *a)
 {
-	CURLMcode mc = curl_multi_add_handle(l->multi, a->easy);
+	CURLMcode mc;
 
+	/* An idle direct connection gives curl its slot, rather than leave
+	 * the transfer waiting for one of curl's (curl_cap). */
+	direct_make_room(l);
+	mc = curl_multi_add_handle(l->multi, a->easy);
 	if (mc != CURLM_OK) {
 		/* Ends in reap(), with the reason, like any failed transfer. */
 		g_snprintf(a->errbuf, CURL_ERROR_SIZE,
@@ -1581,6 +1589,27 @@ static guint loop_sockets(const struct loop *l)
 	return n;
 }
 
+/*
+ * curl counts only its own sockets against CURLMOPT_MAX_TOTAL_CONNECTIONS:
+ * capped at the slots the direct connections leave, it closes one of its
+ * idle connections (to any endpoint) or waits for one of its transfers,
+ * instead of opening past the loop's slice.  At least 1: a curl transfer
+ * starts only with a slot free (start_ready()), and direct_make_room()
+ * first closes an idle direct connection for it.
+ */
+static void direct_cap_curl(struct loop *l, int delta)
+{
+	long cap;
+
+	l->direct_sockets += delta;
+	cap = MAX(1, (long)l->slots - (long)l->direct_sockets);
+	if (cap != l->curl_cap && l->multi) {
+		curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
+				  cap);
+		l->curl_cap = cap;
+	}
+}
+
 static void direct_watch(struct loop *l, struct dconn *c, guint32 events)
 {
 	struct epoll_event ev = { .events = events,
@@ -1607,6 +1636,7 @@ static void direct_close(struct loop *l, struct dconn *c)
 	close(c->fd);
 	if (c->lane->sockets > 0)
 		c->lane->sockets--;
+	direct_cap_curl(l, -1);
 	g_free(c);
 }
 
@@ -1652,6 +1682,22 @@ static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
 	return NULL;
 }
 
+/*
+ * The direct path found the loop's slice full.  curl keeps its idle
+ * connections (up to the slice) and would reuse them for every attempt
+ * that falls back, so they would hold the slice for good: from now on it
+ * keeps one idle connection per endpoint, and closes the oldest idle one
+ * each time a transfer of its own ends, until the direct path has room.
+ */
+static void direct_squeeze_curl(struct loop *l)
+{
+	if (l->curl_squeezed)
+		return;
+	l->curl_squeezed = TRUE;
+	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS,
+			  (long)l->http->endpoints->len);
+}
+
 /* A new connection of @a's, connecting; NULL with errno. */
 static struct dconn *direct_open(struct loop *l, struct attempt *a)
 {
@@ -1661,6 +1707,7 @@ static struct dconn *direct_open(struct loop *l, struct attempt *a)
 	int fd, one = 1, e;
 
 	if (!direct_make_room(l)) {
+		direct_squeeze_curl(l);
 		errno = EMFILE; /* the budget's slice is full */
 		return NULL;
 	}
@@ -1681,6 +1728,7 @@ static struct dconn *direct_open(struct loop *l, struct attempt *a)
 	c->fd = fd;
 	c->lane = lane;
 	lane->sockets++;
+	direct_cap_curl(l, 1);
 	g_hash_table_insert(l->dconns, GINT_TO_POINTER(fd), c);
 	return c;
 }
@@ -3327,6 +3375,7 @@ static gboolean loop_init(struct http *http, guint i, GError **error)
 	 * reuse. */
 	curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
 			  (long)l->slots);
+	l->curl_cap = l->slots;
 	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS, (long)l->slots);
 	curl_multi_setopt(l->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
 	curl_multi_setopt(l->multi, CURLMOPT_SOCKETDATA, l);

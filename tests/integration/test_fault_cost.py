@@ -68,6 +68,18 @@ class FaultCostTest(harness.MountCase):
                          f"{k}: wrong bytes")
 
     def test_errno_belongs_to_its_request(self):
+        # curl's easy handles, reused across endpoints.
+        self.errno_belongs("http_receive=curl", "curl 18")
+
+    def test_errno_belongs_to_its_request_on_the_direct_path(self):
+        # GETs to the live endpoint run on the direct receive path once
+        # curl has connected there; refusals stay curl's.
+        self.errno_belongs("http_receive=direct", "(partial body)")
+
+    def errno_belongs(self, receive, truncated):
+        """Reads through four refusing endpoints and a truncating one: each
+        truncation (logged with @truncated) carries no OS errno, the
+        refusals' included."""
         deads = [f"http://127.0.0.1:{harness.free_port()}" for _ in range(4)]
         dead = deads[0]
         self.server.faults([{"op": "GET", "bucket": "cost", "kind": "truncate",
@@ -79,7 +91,7 @@ class FaultCostTest(harness.MountCase):
         m = Mount("s3://cost", dead, self.index,
                   *[f"endpoint={d}" for d in deads[1:]],
                   f"endpoint={self.server.url}", "event_threads=1",
-                  "max_connections=4", log=log, debug=True)
+                  "max_connections=4", receive, log=log, debug=True)
         self.mounts.append(m)
         failures = []
 
@@ -102,7 +114,7 @@ class FaultCostTest(harness.MountCase):
         self.unmount(m)
         self.assertEqual(failures, [], out[-3000:])
         live = [ln for ln in out.splitlines()
-                if f"via {self.server.url} " in ln and "curl 18" in ln]
+                if f"via {self.server.url} " in ln and truncated in ln]
         refused = [ln for ln in out.splitlines()
                    if any(f"via {d} " in ln for d in deads) and
                    "os errno 111" in ln]

@@ -582,6 +582,8 @@ static void assert_all_ok(struct tcase *tc)
 
 /* The event threads of the engines of the test running (main()). */
 static guint event_threads = 1;
+/* The engine's direct receive path (http_options.direct_receive). */
+static gboolean direct_receive;
 
 struct rig {
 	struct server *srv[8];
@@ -610,6 +612,7 @@ static void rig_init(struct rig *r)
 	r->o.backoff_base = 0.01;
 	r->o.backoff_max = 0.05;
 	r->o.event_threads = event_threads;
+	r->o.direct_receive = direct_receive;
 }
 
 static void rig_start(struct rig *r)
@@ -1180,7 +1183,15 @@ static void test_errno_is_its_own(void)
 	wait_done(&tc, 3, 10);
 	got = t_get(t);
 	g_test_message("%s", got.message);
-	g_assert_nonnull(strstr(got.message, "curl 18 "));
+	/* On the direct path (the second endpoint's address is known), in
+	 * its own words. */
+	g_assert_nonnull(
+		strstr(got.message, direct_receive ? "HTTP/1.1 (direct): the "
+						     "server closed the "
+						     "connection with 500 of "
+						     "1000 body bytes to come "
+						     "(partial body)"
+						   : "curl 18 "));
 	g_assert_null(strstr(got.message, "os errno"));
 	rig_clear(&r);
 	tcase_clear(&tc);
@@ -1384,25 +1395,37 @@ static void test_budget(void)
 	struct rig r;
 	struct tcase tc;
 	struct server_counts n;
+	/* On the direct path, one GET first: curl connects, and the path
+	 * has the address for the rest. */
+	guint warm = direct_receive ? 1 : 0;
 
 	rig_init(&r);
 	rig_add(&r, server_new());
 	r.o.max_connections = 4;
 	rig_start(&r);
 	tcase_init(&tc);
+	if (warm)
+		submit_wait(&tc, r.http, "/x");
 	submit_n(&tc, r.http, 200, "/x?d=5", FALSE);
 	g_assert_cmpuint(http_queued(r.http), >=, 150);
-	wait_done(&tc, 200, 30);
+	wait_done(&tc, 200 + warm, 30);
 	assert_all_ok(&tc);
 	n = server_counts(r.srv[0]);
+	rig_stats(&r);
 	g_test_message("accepts %u, connections at most %u, requests at "
-		       "most %u",
-		       n.accepts, n.conns_max, n.reqs_max);
-	g_assert_cmpuint(n.requests, ==, 200);
+		       "most %u, direct answers %" G_GUINT64_FORMAT,
+		       n.accepts, n.conns_max, n.reqs_max, r.st[0].direct);
+	g_assert_cmpuint(n.requests, ==, 200 + warm);
 	g_assert_cmpuint(n.conns_max, <=, 4);
 	g_assert_cmpuint(n.reqs_max, <=, 4);
 	g_assert_cmpuint(n.accepts, <=, 4);
 	g_assert_cmpuint(http_queued(r.http), ==, 0);
+	/* Within the same budget, the direct path answered all but what
+	 * went to curl's one idle connection. */
+	if (direct_receive)
+		g_assert_cmpuint(r.st[0].direct, >=, 200 / 2);
+	else
+		g_assert_cmpuint(r.st[0].direct, ==, 0);
 	rig_clear(&r);
 	tcase_clear(&tc);
 }
@@ -1819,11 +1842,14 @@ static void test_stats_threads(void)
 /*
  * Every test runs with one event thread and with several ("/http/N/name"):
  * the budget, ramp-up, ejection, FIFO and hedging hold for the engine as
- * a whole.
+ * a whole; and with several again on the direct receive path
+ * ("/http/N/direct/name"), which each GET takes once curl has connected
+ * to its endpoint.
  */
 struct trun {
 	void (*fn)(void);
 	guint threads;
+	gboolean direct;
 };
 
 static void run_with(gconstpointer data)
@@ -1831,18 +1857,23 @@ static void run_with(gconstpointer data)
 	const struct trun *t = data;
 
 	event_threads = t->threads;
+	direct_receive = t->direct;
 	t->fn();
 	event_threads = 1;
+	direct_receive = FALSE;
 }
 
-static void add(const char *name, void (*fn)(void), guint threads)
+static void add(const char *name, void (*fn)(void), guint threads,
+		gboolean direct)
 {
 	struct trun *t = g_new0(struct trun, 1);
 	g_autofree char *path = NULL;
 
 	t->fn = fn;
 	t->threads = threads;
-	path = g_strdup_printf("/http/%u/%s", threads, name);
+	t->direct = direct;
+	path = g_strdup_printf("/http/%u%s/%s", threads,
+			       direct ? "/direct" : "", name);
 	g_test_add_data_func_full(path, t, run_with, g_free);
 }
 
@@ -1884,8 +1915,11 @@ int main(int argc, char **argv)
 
 	g_test_init(&argc, &argv, NULL);
 	for (i = 0; i < G_N_ELEMENTS(tests); i++) {
-		add(tests[i].name, tests[i].fn, 1);
-		add(tests[i].name, tests[i].fn, tests[i].many);
+		add(tests[i].name, tests[i].fn, 1, FALSE);
+		add(tests[i].name, tests[i].fn, tests[i].many, FALSE);
+		/* Again with GETs on the direct receive path, once curl has
+		 * connected to an endpoint. */
+		add(tests[i].name, tests[i].fn, tests[i].many, TRUE);
 	}
 	return g_test_run();
 }
