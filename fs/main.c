@@ -87,7 +87,7 @@ static const char mount_help[] =
 "    whole_max=BYTES       objects up to this size are fetched whole at\n"
 "                          open (default 8 MiB)\n"
 "    window_max=BYTES      largest sequential readahead window of a\n"
-"                          larger object (default 64 MiB)\n"
+"                          larger object (default 256 MiB)\n"
 "    memory_max=BYTES      all prefetch buffers together (default 1 GiB)\n"
 "    kernel_readahead=BYTES  how far the kernel reads ahead of a\n"
 "                          sequential reader (default 2 MiB; the mount's\n"

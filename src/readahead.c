@@ -19,12 +19,16 @@
 
 #define DEF_WHOLE_MAX	   (8u << 20)
 #define DEF_WINDOW_MIN	   ((1u << 20) + (128u << 10))
-#define DEF_WINDOW_MAX	   (64u << 20)
 #define DEF_PART_SIZE	   (8u << 20)
 #define DEF_MEMORY_MAX	   (G_GUINT64_CONSTANT(1) << 30)
 #define DEF_PREFETCH_DEPTH 256
 #define SEEK_TOLERANCE	   (1u << 20)
 #define STALE_PREFETCH_US  (30 * G_USEC_PER_SEC)
+
+/* At a 20 ms first byte, 8 MiB parts need about 30 in flight to keep up
+ * with 8 ranged GETs of a 2 GiB file; a 64 MiB window (9 in flight) gave
+ * 0.65x of them, 256 MiB 0.99x (docs/PERFORMANCE.md, session 19). */
+#define DEF_WINDOW_MAX (256u << 20)
 
 /* The window is at most this many times the bytes read in sequence. */
 #define WINDOW_PER_READ 4

@@ -49,7 +49,7 @@ struct ra_file;
 struct ra_options {
 	guint64 whole_max;    /* fetch objects up to this whole (8 MiB) */
 	guint64 window_min;   /* first sequential window (1 MiB+128 KiB) */
-	guint64 window_max;   /* largest window (64 MiB) */
+	guint64 window_max;   /* largest window (256 MiB) */
 	guint64 part_size;    /* one GET of a large object (8 MiB) */
 	guint64 memory_max;   /* all prefetch buffers together (1 GiB) */
 	guint64 kernel_ra;    /* the most the kernel reads ahead in one

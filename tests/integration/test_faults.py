@@ -40,8 +40,9 @@ import s3server  # noqa: E402  (synthetic_bytes: the content we compare)
 
 MiB = 1 << 20
 SMALL_N, SMALL_SIZE = 400, 100_000
-# Larger than the largest readahead window (64 MiB) with room to spare, so
-# the tail of an object is fetched only when asked for.
+# Far larger than the window after the few MiB a test reads before it seeks
+# (at most 4x the bytes read in sequence), so the tail of an object is
+# fetched only when asked for.
 LARGE_N, LARGE_SIZE = 4, 160 * MiB + 4321
 
 # "Does not hang" bounds, in seconds (docs/RELIABILITY.md states them).
