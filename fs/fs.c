@@ -227,6 +227,7 @@ struct fs *fs_new(const struct fs_options *opts)
 
 	fs->opts = *opts;
 	g_mutex_init(&fs->lock);
+	fs->lookups = lookups_new(NULL);
 	fs->gens = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					 gen_free);
 	fs->handles = g_hash_table_new(NULL, NULL);
@@ -348,6 +349,7 @@ void fs_free(struct fs *fs)
 	s3_free(fs->s3);
 	readahead_free(fs->ra);
 	streams_free(fs->streams);
+	lookups_free(fs->lookups);
 	pt_free(fs->pt);
 	g_hash_table_unref(fs->gens);
 	g_mutex_clear(&fs->lock);
@@ -395,6 +397,7 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	if (fs->streams)
 		streams_get_stats(fs->streams, &out->streams);
 	g_mutex_unlock(&fs->lock);
+	lookups_get_stats(fs->lookups, &out->lookups);
 	out->reads = __atomic_load_n(&fs->reads, __ATOMIC_RELAXED);
 	out->handed_over = __atomic_load_n(&fs->handed_over, __ATOMIC_RELAXED);
 	pt_get_stats(fs->pt, &out->pt);

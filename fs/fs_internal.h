@@ -25,6 +25,7 @@
 #include "readahead.h"
 #include "s3.h"
 #include "stats.h"
+#include "lookups.h"
 #include "streams.h"
 
 #define GEN_SHIFT 40
@@ -68,6 +69,9 @@ struct fs {
 	/* Listing-order streams (streams.h) over index entries; made at the
 	 * first open.  Protected by lock. */
 	struct streams *streams;
+	/* Whether files looked up will be opened (lookups.h); its own
+	 * lock. */
+	struct lookups *lookups;
 	guint64 reads;	     /* atomic: FUSE reads of files */
 	guint64 handed_over; /* atomic: files stored in the page cache */
 	/* Atomic: FUSE requests by kind. */

@@ -99,11 +99,14 @@ static const char mount_help[] =
 "                          the kernel's own, 1.4-2.8 ms; Linux >= 6.12)\n"
 "    prefetch_depth=N      announced files fetched ahead (default 256);\n"
 "                          streams in listing order get as many\n"
-"    readahead=all|hints|streams|none  which prefetch sources are on:\n"
-"                          both (all, the default), only the announced\n"
-"                          order (hints: setxattr user.bucketfs.prefetch),\n"
-"                          only the guesses of streams in listing order,\n"
-"                          or none (an open still fetches its file whole)\n"
+"    readahead=all|none|SOURCE[+SOURCE...]  which prefetch sources are\n"
+"                          on: all (the default), none (an open still\n"
+"                          fetches its file whole), or those named:\n"
+"                          hints (the announced order: setxattr\n"
+"                          user.bucketfs.prefetch), streams (guesses of\n"
+"                          streams in listing order), lookups (a file\n"
+"                          looked up is fetched before its open, while\n"
+"                          opens follow lookups)\n"
 "    direct_io=auto|none|small|all  which files bypass the kernel's\n"
 "                          page cache: auto (the default: files fetched\n"
 "                          whole, where the kernel maps such files,\n"
@@ -267,6 +270,46 @@ static gboolean parse_mode(const char *name, const char *v, guint32 *out,
 
 /* Our own mount options out of what config passed through; the rest is
  * FUSE's to judge. */
+/*
+ * -o readahead=: "all", "none", or the sources on joined by '+' ("hints",
+ * "streams", "lookups"); *@off gets the sources turned off.
+ */
+static gboolean parse_sources(const char *name, const char *v, guint *off,
+			      GError **error)
+{
+	static const struct {
+		const char *name;
+		guint source;
+	} srcs[] = { { "hints", RA_HINTS },
+		     { "streams", RA_STREAMS },
+		     { "lookups", RA_LOOKUPS } };
+	g_auto(GStrv) parts = NULL;
+	guint on = 0, i, j;
+
+	if (!strcmp(v, "all") || !strcmp(v, "none")) {
+		*off = strcmp(v, "all") ? RA_SOURCES : 0;
+		return TRUE;
+	}
+	parts = g_strsplit(v, "+", -1);
+	/* Once at least: "" names no source. */
+	for (i = 0; parts[i] || !i; i++) {
+		for (j = 0; parts[i] && j < G_N_ELEMENTS(srcs); j++)
+			if (!strcmp(parts[i], srcs[j].name))
+				break;
+		if (!parts[i] || j == G_N_ELEMENTS(srcs)) {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option '%s': '%s' is not all, none, or "
+				    "sources joined by '+' (hints, streams, "
+				    "lookups)",
+				    name, v);
+			return FALSE;
+		}
+		on |= srcs[j].source;
+	}
+	*off = RA_SOURCES & ~on;
+	return TRUE;
+}
+
 static gboolean take_mount_option(struct mount *m, const char *opt,
 				  GError **error)
 {
@@ -376,19 +419,9 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 		m->fs.write_parts = (guint)d;
 		return TRUE;
 	}
-	if (!strcmp(name, "readahead")) {
-		/* The index is the sources turned off: "streams" has hints
-		 * (RA_HINTS) off, "hints" streams (RA_STREAMS). */
-		static const char *const srcs[] = { "all", "streams", "hints",
-						    "none" };
-		int i = parse_choice(name, v, srcs, G_N_ELEMENTS(srcs), error);
-
-		G_STATIC_ASSERT(RA_HINTS == 1 && RA_STREAMS == 2);
-		if (i < 0)
-			return FALSE;
-		m->fs.readahead.sources_off = (guint)i;
-		return TRUE;
-	}
+	if (!strcmp(name, "readahead"))
+		return parse_sources(name, v, &m->fs.readahead.sources_off,
+				     error);
 	if (!strcmp(name, "direct_io")) {
 		static const char *const modes[] = { "auto", "none", "small",
 						     "all" };

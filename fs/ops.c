@@ -25,18 +25,47 @@
 
 /* -- attributes --------------------------------------------------------- */
 
+/*
+ * Whether the fetch of a file just looked up (node @ino, entry @id of
+ * @idx) starts before its OPEN: while lookups.h says opens follow lookups,
+ * it is the reader's round trip and wake-up ahead.  Asked before the
+ * lookup is answered, so that its OPEN, which may come at once, finds it
+ * counted.
+ */
+static gboolean guess_open(struct fs *fs, struct index *idx, index_id id,
+			   fuse_ino_t ino, struct index_attr *a)
+{
+	if (!readahead_source_on(fs->ra, RA_LOOKUPS) || index_is_dir(idx, id))
+		return FALSE;
+	index_get_attr(idx, id, a);
+	return a->size > 0 && a->size <= readahead_whole_max(fs->ra) &&
+	       lookups_seen(fs->lookups, ino, g_get_monotonic_time());
+}
+
+/* Answers a lookup with entry @id of @idx; a file's fetch may start then
+ * (guess_open()), after the answer, so that the lookup does not wait for
+ * it. */
 static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 			index_id id)
 {
 	struct fuse_entry_param e = { 0 };
+	struct index_attr a;
+	gboolean fetch;
 
 	e.ino = node_for(fs, idx, id);
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
 	fill_stat(fs, idx, id, &e.attr);
-	if (fuse_reply_entry(req, &e) != 0)
+	fetch = guess_open(fs, idx, id, e.ino, &a);
+	if (fuse_reply_entry(req, &e) != 0) {
 		forget_one(fs, e.ino, 1);
+	} else if (fetch) {
+		g_autofree char *key = index_key(idx, id);
+		g_autofree char *etag = index_etag(idx, id);
+
+		readahead_guess_lookup(fs->ra, key, etag, a.size);
+	}
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -357,6 +386,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		fuse_reply_err(req, EROFS);
 		goto out;
 	}
+	lookups_opened(fs->lookups, ino, g_get_monotonic_time());
 	h = handle_new(fs, index_key(idx, id));
 	etag = index_etag(idx, id);
 	h->rf = readahead_open(fs->ra, h->key, etag, a.size);

@@ -73,6 +73,9 @@ static void add_readahead(JsonBuilder *b, struct readahead *ra)
 	add_uint(b, "stream_hits", rs.stream_hits);
 	add_uint(b, "stream_wasted", rs.stream_wasted);
 	add_uint(b, "stream_late", rs.stream_late);
+	add_uint(b, "lookup_fetched", rs.lookup_fetched);
+	add_uint(b, "lookup_hits", rs.lookup_hits);
+	add_uint(b, "lookup_wasted", rs.lookup_wasted);
 	add_uint(b, "memory_used", rs.memory_used);
 	add_uint(b, "memory_max", rs.memory_max);
 	json_builder_end_object(b);
@@ -110,6 +113,20 @@ static void add_streams(JsonBuilder *b, const struct streams_stats *ss)
 	add_uint(b, "batch_len", ss->batch_len);
 	add_uint(b, "batch_jump", ss->batch_jump);
 	add_uint(b, "tracked", ss->tracked);
+	json_builder_end_object(b);
+}
+
+static void add_lookups(JsonBuilder *b, const struct lookups_stats *ls)
+{
+	json_builder_set_member_name(b, "lookups");
+	json_builder_begin_object(b);
+	add_uint(b, "lookups", ls->lookups);
+	add_uint(b, "fetched", ls->fetched);
+	add_uint(b, "followed", ls->followed);
+	add_uint(b, "hits", ls->hits);
+	add_uint(b, "wasted", ls->wasted);
+	add_uint(b, "credit", ls->credit);
+	add_uint(b, "pending", ls->pending);
 	json_builder_end_object(b);
 }
 
@@ -201,6 +218,7 @@ char *stats_json(const struct stats_sources *src)
 	add_passthrough(b, &src->pt);
 	add_stages(b, src->http);
 	add_streams(b, &src->streams);
+	add_lookups(b, &src->lookups);
 	add_ops(b, src->ops);
 	add_index(b, src);
 	json_builder_end_object(b);
@@ -270,4 +288,11 @@ void stats_log_summary(const struct stats_sources *src)
 		rs.stream_hits, rs.stream_wasted,
 		rs.stream_fetched - rs.stream_hits - rs.stream_wasted,
 		rs.stream_late);
+	log_msg(LOG_LEVEL_NOTICE,
+		"lookups: %" G_GUINT64_FORMAT
+		" files looked up, %" G_GUINT64_FORMAT
+		" fetched at the lookup: %" G_GUINT64_FORMAT
+		" opened, %" G_GUINT64_FORMAT " unopened",
+		src->lookups.lookups, src->lookups.fetched, src->lookups.hits,
+		src->lookups.wasted);
 }

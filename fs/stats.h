@@ -20,6 +20,7 @@
  *   stages       samples, and p50_ms and p99_ms of each request stage
  *                (http_get_stage_stats(), http_stage_name());
  *   streams      the fields of struct streams_stats, by their names;
+ *   lookups      the fields of struct lookups_stats, by their names;
  *   ops          FUSE requests the mount answered, by kind: lookup,
  *                getattr, opendir, readdir, readdirplus, getxattr,
  *                listxattr, forget (nodes forgotten), and the entries
@@ -37,6 +38,7 @@
 #include "http.h"
 #include "index.h"
 #include "passthrough.h"
+#include "lookups.h"
 #include "readahead.h"
 #include "streams.h"
 
@@ -63,6 +65,7 @@ struct stats_sources {
 	struct index *idx;  /* the index served */
 	guint64 generation; /* its generation (fs.h) */
 	struct streams_stats streams;
+	struct lookups_stats lookups;
 	guint64 reads;	     /* FUSE reads of files */
 	guint64 handed_over; /* files stored in the page cache at open */
 	struct pt_stats pt;  /* passthrough.h */

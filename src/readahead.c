@@ -57,7 +57,9 @@ struct object {
 	guint refs;	    /* under ra->lock */
 	guint handles;	    /* the files open on it; under ra->lock */
 	gboolean announced; /* fetched for readahead_prefetch(), unopened */
-	gboolean guess;	    /* ... for readahead_guess() */
+	gboolean guess;	    /* ... for readahead_guess() or
+			     * readahead_guess_lookup() */
+	gboolean looked_up; /* ... for readahead_guess_lookup() */
 	gint64 ready_at;
 	enum state state;
 	GBytes *data;
@@ -105,7 +107,8 @@ struct announce {
 	char *key;
 	char *etag;
 	guint64 size;
-	gboolean guess; /* readahead_guess() */
+	gboolean guess;	    /* readahead_guess(), readahead_guess_lookup() */
+	gboolean looked_up; /* readahead_guess_lookup() */
 };
 
 struct readahead {
@@ -271,7 +274,8 @@ static void drop_stale(struct readahead *ra)
 		g_queue_pop_head(&ra->unopened);
 		obj->announced = FALSE;
 		ra->st.prefetch_wasted++;
-		ra->st.stream_wasted += obj->guess;
+		ra->st.stream_wasted += obj->guess && !obj->looked_up;
+		ra->st.lookup_wasted += obj->looked_up;
 		ra->unopened_guesses -= obj->guess;
 		object_unref(obj);
 	}
@@ -351,7 +355,9 @@ static void pump(struct readahead *ra)
 			obj = object_new(ra, a->key, a->etag, a->size, TRUE);
 			obj->announced = TRUE;
 			obj->guess = a->guess;
-			ra->st.stream_fetched += a->guess;
+			obj->looked_up = a->looked_up;
+			ra->st.stream_fetched += a->guess && !a->looked_up;
+			ra->st.lookup_fetched += a->looked_up;
 			ra->unopened_guesses += a->guess;
 			g_queue_push_tail(&ra->unopened, obj);
 		}
@@ -375,13 +381,16 @@ static gboolean repeats(struct readahead *ra, const char *key, gboolean guess)
 	       (obj && obj->announced && obj->guess);
 }
 
+/* An announcement from prefetch source @source (RA_HINTS: a promise; else
+ * a guess). */
 static void announce(struct readahead *ra, const char *key, const char *etag,
-		     guint64 size, gboolean guess)
+		     guint64 size, guint source)
 {
+	gboolean guess = source != RA_HINTS;
 	struct announce *a;
 
 	if (size == 0 || size > ra->o.whole_max ||
-	    !readahead_source_on(ra, guess ? RA_STREAMS : RA_HINTS))
+	    !readahead_source_on(ra, source))
 		return;
 	g_mutex_lock(&ra->lock);
 	if (repeats(ra, key, guess)) {
@@ -393,6 +402,7 @@ static void announce(struct readahead *ra, const char *key, const char *etag,
 	a->etag = g_strdup(etag);
 	a->size = size;
 	a->guess = guess;
+	a->looked_up = source == RA_LOOKUPS;
 	g_queue_push_tail(&ra->announced, a);
 	count_add(ra->queued, a->key, 1);
 	if (guess)
@@ -404,13 +414,19 @@ static void announce(struct readahead *ra, const char *key, const char *etag,
 void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
 			guint64 size)
 {
-	announce(ra, key, etag, size, FALSE);
+	announce(ra, key, etag, size, RA_HINTS);
 }
 
 void readahead_guess(struct readahead *ra, const char *key, const char *etag,
 		     guint64 size)
 {
-	announce(ra, key, etag, size, TRUE);
+	announce(ra, key, etag, size, RA_STREAMS);
+}
+
+void readahead_guess_lookup(struct readahead *ra, const char *key,
+			    const char *etag, guint64 size)
+{
+	announce(ra, key, etag, size, RA_LOOKUPS);
 }
 
 void readahead_forget_prefetches(struct readahead *ra)
@@ -796,7 +812,8 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 			obj->announced = FALSE;
 			g_queue_remove(&ra->unopened, obj);
 			ra->st.prefetch_hits++;
-			ra->st.stream_hits += obj->guess;
+			ra->st.stream_hits += obj->guess && !obj->looked_up;
+			ra->st.lookup_hits += obj->looked_up;
 			ra->unopened_guesses -= obj->guess;
 		} else if (obj) {
 			obj->refs++;

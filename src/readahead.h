@@ -58,16 +58,20 @@ struct ra_options {
 	guint prefetch_depth; /* announced objects fetched ahead (256);
 			       * guesses: see readahead_guess_depth() */
 	guint sources_off;    /* prefetch sources turned off: RA_HINTS,
-			       * RA_STREAMS (0: both on) */
+			       * RA_STREAMS, RA_LOOKUPS (0: all on) */
 };
 
-/* The prefetch sources (-o readahead=): readahead_prefetch()'s hints and
- * readahead_guess()'s stream guesses.  One turned off drops what it
- * announces. */
+/* The prefetch sources (-o readahead=): readahead_prefetch()'s hints,
+ * readahead_guess()'s stream guesses and readahead_guess_lookup()'s
+ * guesses that a file looked up will be opened.  One turned off drops what
+ * it announces. */
 #define RA_HINTS   1u
 #define RA_STREAMS 2u
+#define RA_LOOKUPS 4u
+#define RA_SOURCES (RA_HINTS | RA_STREAMS | RA_LOOKUPS)
 
-/* Whether prefetch source @source (RA_HINTS or RA_STREAMS) is on. */
+/* Whether prefetch source @source (RA_HINTS, RA_STREAMS, RA_LOOKUPS) is
+ * on. */
 gboolean readahead_source_on(const struct readahead *ra, guint source);
 
 /* Objects up to this size are fetched whole (whole_max, resolved). */
@@ -91,11 +95,16 @@ struct ra_stats {
 	guint64 prefetch_wasted; /* prefetches dropped unopened */
 	guint64 prefetch_late;	 /* announced files opened before their
 				  * prefetch started (not fetched twice) */
-	/* The part of the prefetch counters that readahead_guess() made. */
+	/* The part of the prefetch counters that readahead_guess() made
+	 * (stream_late: and readahead_guess_lookup()). */
 	guint64 stream_fetched; /* guesses fetched */
 	guint64 stream_hits;
 	guint64 stream_wasted;
 	guint64 stream_late;
+	/* ... and readahead_guess_lookup(). */
+	guint64 lookup_fetched;
+	guint64 lookup_hits;
+	guint64 lookup_wasted;
 	guint64 memory_used; /* bytes held in buffers now */
 	guint64 memory_max;
 	guint prefetch_queued;	 /* announced, not yet started */
@@ -165,6 +174,12 @@ void readahead_prefetch(struct readahead *ra, const char *key, const char *etag,
  */
 void readahead_guess(struct readahead *ra, const char *key, const char *etag,
 		     guint64 size);
+
+/* Like readahead_guess(), for a guess that a file looked up will be opened
+ * (lookups.h says when), from source RA_LOOKUPS, in the lookup_* counters
+ * instead of the stream_* ones. */
+void readahead_guess_lookup(struct readahead *ra, const char *key,
+			    const char *etag, guint64 size);
 
 /* Drops every announcement not yet started.  Any thread. */
 void readahead_forget_prefetches(struct readahead *ra);

@@ -242,13 +242,17 @@ class ReadaheadTest(harness.MountCase):
         self.assertEqual(cm.exception.errno, errno.EROFS)
 
     def test_readahead_switch_turns_each_source_off(self):
-        """-o readahead=: hints only, streams only, none; each read still
-        right, one GET per file, and the other source's counters at 0."""
+        """-o readahead=: hints only, streams only, lookups only, two of
+        them, none; each read still right, one GET per file, and the other
+        sources' counters at 0."""
         names = sorted(self.small)
         hinted = names[20:30]
-        for value, hints_on, streams_on in (("hints", True, False),
-                                            ("streams", False, True),
-                                            ("none", False, False)):
+        for value, hints_on, streams_on, lookups_on in (
+                ("hints", True, False, False),
+                ("streams", False, True, False),
+                ("lookups", False, False, True),
+                ("hints+streams", True, True, False),
+                ("none", False, False, False)):
             with self.subTest(readahead=value):
                 m = self.mount(f"readahead={value}")
                 before = self.gets()
@@ -265,15 +269,65 @@ class ReadaheadTest(harness.MountCase):
                 ra = st["readahead"]
                 self.assertEqual(self.gets() - before, len(names), st)
                 self.assertEqual(ra["stream_fetched"] > 0, streams_on, st)
-                self.assertEqual(ra["prefetch_hits"] - ra["stream_hits"] > 0,
-                                 hints_on, st)
-                if not (hints_on or streams_on):
+                self.assertEqual(ra["lookup_fetched"] > 0, lookups_on, st)
+                self.assertEqual(st["lookups"]["fetched"] > 0, lookups_on,
+                                 st)
+                self.assertEqual(ra["prefetch_hits"] - ra["stream_hits"] -
+                                 ra["lookup_hits"] > 0, hints_on, st)
+                if not (hints_on or streams_on or lookups_on):
                     self.assertEqual(ra["prefetch_hits"], 0, st)
                 m.unmount()
                 self.mounts.remove(m)
-        with self.assertRaises(RuntimeError) as cm:
-            self.mount("readahead=some")
-        self.assertIn("option 'readahead': 'some' is not", str(cm.exception))
+        for bad in ("some", "hints+", "+streams", "", "all+hints",
+                    "hints+hint"):
+            with self.subTest(bad=bad), \
+                    self.assertRaises(RuntimeError) as cm:
+                self.mount(f"readahead={bad}")
+            self.assertIn(f"option 'readahead': '{bad}' is "
+                          "not all, none, or sources joined by '+'",
+                          str(cm.exception))
+
+    def test_lookup_starts_the_fetch_before_the_open(self):
+        """A loader in random order: each file's LOOKUP starts its GET (a
+        lookup guess the OPEN then finds), one GET per file, bytes right.
+        A stat of many files and no open (du) fetches at most the credit
+        those opens earned (64 at most); once those fetches are 2 s old
+        and unopened, the credit is spent, and a second sweep fetches
+        nothing.  (On a fresh mount a stat fetches nothing: test_conformance
+        test_remount_sends_zero_list.)"""
+        m = self.mount()
+        order = sorted(self.small)
+        random.Random(5).shuffle(order)
+        before = self.gets()
+        for n in order:
+            with open(m.path(n), "rb") as f:
+                self.assertEqual(f.read(), self.small[n])
+        st = self.settled_stats(m)
+        self.assertEqual(self.gets() - before, len(order), st)
+        self.assertGreaterEqual(st["lookups"]["lookups"], len(order), st)
+        self.assertEqual(st["lookups"]["followed"], len(order), st)
+        self.assertGreater(st["readahead"]["lookup_hits"], 0, st)
+        self.assertEqual(st["readahead"]["lookup_hits"],
+                         st["readahead"]["lookup_fetched"], st)
+
+        sweep = sorted(self.loader)
+        half = len(sweep) // 2
+        before = self.gets()
+        for n in sweep[:half]:
+            os.stat(m.path(n))
+        st = self.settled_stats(m)
+        self.assertGreaterEqual(st["lookups"]["lookups"], len(order) + half,
+                                st)
+        self.assertLessEqual(self.gets() - before, 64, st)
+        time.sleep(2.2)
+        before = self.gets()
+        for n in sweep[half:]:
+            os.stat(m.path(n))
+        st = self.settled_stats(m)
+        self.assertEqual(self.gets() - before, 0, st)
+        self.assertEqual(st["lookups"]["credit"], 0, st)
+        self.assertEqual(st["lookups"]["wasted"],
+                         st["lookups"]["fetched"] - st["lookups"]["hits"], st)
 
     def test_hint_overtaken_by_readers_is_not_fetched_again(self):
         # A reader ahead of the prefetcher opens announced files whose

@@ -31,10 +31,13 @@ ENDPOINT = {"url": str, "requests": int, "bytes": int, "errors": int,
 READAHEAD = ["objects_fetched", "parts_fetched", "direct_reads",
              "prefetch_hits", "prefetch_wasted", "prefetch_late",
              "prefetch_queued", "prefetch_unopened", "stream_fetched",
-             "stream_hits", "stream_wasted", "stream_late", "memory_used",
+             "stream_hits", "stream_wasted", "stream_late",
+             "lookup_fetched", "lookup_hits", "lookup_wasted", "memory_used",
              "memory_max"]
 STREAMS = ["opens", "continued", "confirmed", "announced", "jumps",
            "batch_len", "batch_jump", "tracked"]
+LOOKUPS = ["lookups", "fetched", "followed", "hits", "wasted", "credit",
+           "pending"]
 STAGES = ["wait", "first_byte", "body", "handoff"]
 
 
@@ -61,6 +64,7 @@ class StatsTest(harness.MountCase):
         self.assertIsInstance(s["queued"], int)
         self.assertEqual(set(s["readahead"]), set(READAHEAD))
         self.assertEqual(set(s["streams"]), set(STREAMS))
+        self.assertEqual(set(s["lookups"]), set(LOOKUPS))
         self.assertEqual(set(s["files"]), {"reads", "handed_over"})
         self.assertEqual(set(s["passthrough"]),
                          {"on", "opens", "stale", "direct", "memfds",
@@ -76,7 +80,7 @@ class StatsTest(harness.MountCase):
         self.assertEqual(set(s["stages"]), {"samples", *STAGES})
         for st in STAGES:
             self.assertEqual(set(s["stages"][st]), {"p50_ms", "p99_ms"})
-        for group in ("readahead", "streams", "files"):
+        for group in ("readahead", "streams", "lookups", "files"):
             for k, v in s[group].items():
                 self.assertIsInstance(v, int, f"{group}.{k}")
                 self.assertGreaterEqual(v, 0, f"{group}.{k}")
