@@ -124,6 +124,8 @@ struct readahead {
 	GHashTable *queued;	/* key -> its announcements in announced */
 	GHashTable *guesses;	/* keys with a guess in announced (one each) */
 	guint unopened_guesses; /* of those in unopened; under lock */
+	guint unopened_lookups; /* ... of readahead_guess_lookup() */
+	guint queued_lookups;	/* of those in announced; under lock */
 	GQueue unopened;	/* of struct object *: announced, not opened,
 				 * in order; each holds a reference */
 	guint64 mem_used;	/* under lock */
@@ -277,6 +279,7 @@ static void drop_stale(struct readahead *ra)
 		ra->st.stream_wasted += obj->guess && !obj->looked_up;
 		ra->st.lookup_wasted += obj->looked_up;
 		ra->unopened_guesses -= obj->guess;
+		ra->unopened_lookups -= obj->looked_up;
 		object_unref(obj);
 	}
 }
@@ -347,6 +350,7 @@ static void pump(struct readahead *ra)
 			break;
 		g_queue_pop_head(&ra->announced);
 		count_add(ra->queued, a->key, -1);
+		ra->queued_lookups -= a->looked_up;
 		if (a->guess)
 			g_hash_table_remove(ra->guesses, a->key);
 		if (g_hash_table_contains(ra->overtaken, a->key)) {
@@ -359,6 +363,7 @@ static void pump(struct readahead *ra)
 			ra->st.stream_fetched += a->guess && !a->looked_up;
 			ra->st.lookup_fetched += a->looked_up;
 			ra->unopened_guesses += a->guess;
+			ra->unopened_lookups += a->looked_up;
 			g_queue_push_tail(&ra->unopened, obj);
 		}
 		announce_free(a);
@@ -403,6 +408,7 @@ static void announce(struct readahead *ra, const char *key, const char *etag,
 	a->size = size;
 	a->guess = guess;
 	a->looked_up = source == RA_LOOKUPS;
+	ra->queued_lookups += a->looked_up;
 	g_queue_push_tail(&ra->announced, a);
 	count_add(ra->queued, a->key, 1);
 	if (guess)
@@ -436,7 +442,19 @@ void readahead_forget_prefetches(struct readahead *ra)
 	g_hash_table_remove_all(ra->queued);
 	g_hash_table_remove_all(ra->overtaken);
 	g_hash_table_remove_all(ra->guesses);
+	ra->queued_lookups = 0;
 	g_mutex_unlock(&ra->lock);
+}
+
+gboolean readahead_others_ahead(struct readahead *ra)
+{
+	gboolean ahead;
+
+	g_mutex_lock(&ra->lock);
+	ahead = ra->announced.length > ra->queued_lookups ||
+		ra->unopened.length > ra->unopened_lookups;
+	g_mutex_unlock(&ra->lock);
+	return ahead;
 }
 
 /* -- large objects ------------------------------------------------------ */
@@ -815,6 +833,7 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 			ra->st.stream_hits += obj->guess && !obj->looked_up;
 			ra->st.lookup_hits += obj->looked_up;
 			ra->unopened_guesses -= obj->guess;
+			ra->unopened_lookups -= obj->looked_up;
 		} else if (obj) {
 			obj->refs++;
 		} else {

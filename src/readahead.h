@@ -181,6 +181,11 @@ void readahead_guess(struct readahead *ra, const char *key, const char *etag,
 void readahead_guess_lookup(struct readahead *ra, const char *key,
 			    const char *etag, guint64 size);
 
+/* Whether hints or stream guesses are queued, or fetched and unopened:
+ * another source is ahead of the readers, and a guess at a lookup would
+ * only repeat it.  Any thread. */
+gboolean readahead_others_ahead(struct readahead *ra);
+
 /* Drops every announcement not yet started.  Any thread. */
 void readahead_forget_prefetches(struct readahead *ra);
 
