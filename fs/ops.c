@@ -30,9 +30,7 @@
  * @idx) starts before its OPEN: while lookups.h says opens follow lookups,
  * it is the reader's round trip and wake-up ahead.  Not while hints or
  * streams are ahead of the readers: the guess would only repeat theirs
- * (and cost 0.02 ms of the daemon's CPU per file in announced order).  Asked
- * before the lookup is answered, so that its OPEN, which may come at once,
- * finds it counted.
+ * (and cost 0.02 ms of the daemon's CPU per file in announced order).
  */
 static gboolean guess_open(struct fs *fs, struct index *idx, index_id id,
 			   fuse_ino_t ino, struct index_attr *a)
@@ -45,30 +43,29 @@ static gboolean guess_open(struct fs *fs, struct index *idx, index_id id,
 	       lookups_seen(fs->lookups, ino, g_get_monotonic_time());
 }
 
-/* Answers a lookup with entry @id of @idx; a file's fetch may start then
- * (guess_open()), after the answer, so that the lookup does not wait for
- * it. */
+/* Answers a lookup with entry @id of @idx; a file's fetch may start first
+ * (guess_open()).  First, not after: the OPEN may come at once, and must
+ * find its lookup counted and its fetch announced (announced after a
+ * reader had opened, read and closed the file, it would fetch it again). */
 static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 			index_id id)
 {
 	struct fuse_entry_param e = { 0 };
 	struct index_attr a;
-	gboolean fetch;
 
 	e.ino = node_for(fs, idx, id);
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
 	fill_stat(fs, idx, id, &e.attr);
-	fetch = guess_open(fs, idx, id, e.ino, &a);
-	if (fuse_reply_entry(req, &e) != 0) {
-		forget_one(fs, e.ino, 1);
-	} else if (fetch) {
+	if (guess_open(fs, idx, id, e.ino, &a)) {
 		g_autofree char *key = index_key(idx, id);
 		g_autofree char *etag = index_etag(idx, id);
 
 		readahead_guess_lookup(fs->ra, key, etag, a.size);
 	}
+	if (fuse_reply_entry(req, &e) != 0)
+		forget_one(fs, e.ino, 1);
 }
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
