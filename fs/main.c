@@ -268,8 +268,6 @@ static gboolean parse_mode(const char *name, const char *v, guint32 *out,
 	return FALSE;
 }
 
-/* Our own mount options out of what config passed through; the rest is
- * FUSE's to judge. */
 /*
  * -o readahead=: "all", "none", or the sources on joined by '+' ("hints",
  * "streams", "lookups"); *@off gets the sources turned off.
@@ -291,25 +289,28 @@ static gboolean parse_sources(const char *name, const char *v, guint *off,
 		return TRUE;
 	}
 	parts = g_strsplit(v, "+", -1);
-	/* Once at least: "" names no source. */
-	for (i = 0; parts[i] || !i; i++) {
-		for (j = 0; parts[i] && j < G_N_ELEMENTS(srcs); j++)
+	for (i = 0; parts[i]; i++) {
+		for (j = 0; j < G_N_ELEMENTS(srcs); j++)
 			if (!strcmp(parts[i], srcs[j].name))
 				break;
-		if (!parts[i] || j == G_N_ELEMENTS(srcs)) {
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option '%s': '%s' is not all, none, or "
-				    "sources joined by '+' (hints, streams, "
-				    "lookups)",
-				    name, v);
-			return FALSE;
-		}
+		if (j == G_N_ELEMENTS(srcs))
+			break;
 		on |= srcs[j].source;
+	}
+	/* "" splits into no part at all, so names no source either. */
+	if (parts[i] || !on) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "option '%s': '%s' is not all, none, or sources "
+			    "joined by '+' (hints, streams, lookups)",
+			    name, v);
+		return FALSE;
 	}
 	*off = RA_SOURCES & ~on;
 	return TRUE;
 }
 
+/* Our own mount options out of what config passed through; the rest is
+ * FUSE's to judge. */
 static gboolean take_mount_option(struct mount *m, const char *opt,
 				  GError **error)
 {

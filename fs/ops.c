@@ -26,21 +26,22 @@
 /* -- attributes --------------------------------------------------------- */
 
 /*
- * Whether the fetch of a file just looked up (node @ino, entry @id of
- * @idx) starts before its OPEN: while lookups.h says opens follow lookups,
- * it is the reader's round trip and wake-up ahead.  Not while hints or
- * streams are ahead of the readers: the guess would only repeat theirs
- * (and cost 0.02 ms of the daemon's CPU per file in announced order).
+ * Whether the fetch of a file just looked up (node @ino, attributes @st)
+ * starts before its OPEN: while lookups.h says opens follow lookups, it is
+ * the reader's round trip and wake-up ahead.  Not while hints or streams
+ * are ahead of the readers: the guess would only repeat theirs (and cost
+ * 0.02 ms of the daemon's CPU per file in announced order).
  */
-static gboolean guess_open(struct fs *fs, struct index *idx, index_id id,
-			   fuse_ino_t ino, struct index_attr *a)
+static gboolean guess_open(struct fs *fs, fuse_ino_t ino, const struct stat *st)
 {
-	if (!readahead_source_on(fs->ra, RA_LOOKUPS) || index_is_dir(idx, id) ||
+	guint64 size = (guint64)st->st_size;
+
+	if (!S_ISREG(st->st_mode) || size == 0 ||
+	    size > readahead_whole_max(fs->ra) ||
+	    !readahead_source_on(fs->ra, RA_LOOKUPS) ||
 	    readahead_others_ahead(fs->ra))
 		return FALSE;
-	index_get_attr(idx, id, a);
-	return a->size > 0 && a->size <= readahead_whole_max(fs->ra) &&
-	       lookups_seen(fs->lookups, ino, g_get_monotonic_time());
+	return lookups_seen(fs->lookups, ino, g_get_monotonic_time());
 }
 
 /* Answers a lookup with entry @id of @idx; a file's fetch may start first
@@ -51,18 +52,18 @@ static void reply_entry(fuse_req_t req, struct fs *fs, struct index *idx,
 			index_id id)
 {
 	struct fuse_entry_param e = { 0 };
-	struct index_attr a;
 
 	e.ino = node_for(fs, idx, id);
 	e.generation = 1;
 	e.attr_timeout = fs->opts.entry_timeout;
 	e.entry_timeout = fs->opts.entry_timeout;
 	fill_stat(fs, idx, id, &e.attr);
-	if (guess_open(fs, idx, id, e.ino, &a)) {
+	if (guess_open(fs, e.ino, &e.attr)) {
 		g_autofree char *key = index_key(idx, id);
 		g_autofree char *etag = index_etag(idx, id);
 
-		readahead_guess_lookup(fs->ra, key, etag, a.size);
+		readahead_guess_lookup(fs->ra, key, etag,
+				       (guint64)e.attr.st_size);
 	}
 	if (fuse_reply_entry(req, &e) != 0)
 		forget_one(fs, e.ino, 1);

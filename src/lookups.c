@@ -8,7 +8,6 @@
  */
 #include "lookups.h"
 
-#define DEF_CREDIT	0
 #define DEF_CREDIT_MAX	64
 #define DEF_WINDOW_US	(2 * G_USEC_PER_SEC)
 #define DEF_TRACKED_MAX 4096
@@ -37,8 +36,6 @@ struct lookups *lookups_new(const struct lookups_options *opts)
 		lk->o = *opts;
 	if (!lk->o.credit_max)
 		lk->o.credit_max = DEF_CREDIT_MAX;
-	if (!lk->o.credit)
-		lk->o.credit = DEF_CREDIT;
 	if (!lk->o.window_us)
 		lk->o.window_us = DEF_WINDOW_US;
 	if (!lk->o.tracked_max)
