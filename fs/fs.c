@@ -403,4 +403,6 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	pt_get_stats(fs->pt, &out->pt);
 	for (i = 0; i < STATS_OPS; i++)
 		out->ops[i] = __atomic_load_n(&fs->ops[i], __ATOMIC_RELAXED);
+	out->parallel_dirops = g_atomic_int_get(&fs->init.parallel_dirops);
+	out->direct_io_allow_mmap = g_atomic_int_get(&fs->init.allow_mmap);
 }

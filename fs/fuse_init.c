@@ -120,6 +120,22 @@ static void log_passthrough(const struct fuse_init_state *st, const char *why)
 			st->minor, why);
 }
 
+/* Says once, at info, whether lookups in one directory run in parallel. */
+static void log_dirops(const struct fuse_init_state *st, const char *why)
+{
+	if (!why)
+		log_msg(LOG_LEVEL_INFO,
+			"kernel FUSE 7.%u: FUSE_PARALLEL_DIROPS negotiated "
+			"(lookups and listings of one directory run in "
+			"parallel)",
+			st->minor);
+	else
+		log_msg(LOG_LEVEL_INFO,
+			"kernel FUSE 7.%u: no FUSE_PARALLEL_DIROPS (%s): the "
+			"kernel sends one lookup of a directory at a time",
+			st->minor, why);
+}
+
 /* Copies the @count pieces of @iov, which the caller has checked fit, into
  * @buf, one reply to patch. */
 static void gather(guint8 *buf, const struct iovec *iov, int count)
@@ -135,12 +151,13 @@ static void gather(guint8 *buf, const struct iovec *iov, int count)
 
 /*
  * Writes libfuse's INIT reply (@iov) with FUSE_DIRECT_IO_ALLOW_MMAP
- * (@mmap) and FUSE_PASSTHROUGH (@pt) added, from a copy: @iov points into
- * libfuse's frame.  -1 with errno as writev().
+ * (@mmap), FUSE_PASSTHROUGH (@pt) and FUSE_PARALLEL_DIROPS (@dirops)
+ * added, from a copy: @iov points into libfuse's frame.  -1 with errno as
+ * writev().
  */
 static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 				int count, size_t total, gboolean mmap,
-				gboolean pt)
+				gboolean pt, gboolean dirops)
 {
 	struct fuse_init_state *st = &fs->init;
 	guint8 buf[INIT_REPLY_MAX];
@@ -150,7 +167,10 @@ static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 	ssize_t n;
 
 	gather(buf, iov, count);
-	arg->flags |= FUSE_INIT_EXT;
+	if (mmap || pt)
+		arg->flags |= FUSE_INIT_EXT;
+	if (dirops)
+		arg->flags |= FUSE_PARALLEL_DIROPS;
 	if (mmap)
 		arg->flags2 |= (guint32)(FUSE_DIRECT_IO_ALLOW_MMAP >> 32);
 	if (pt) {
@@ -174,6 +194,10 @@ static ssize_t write_init_reply(int fd, struct fs *fs, const struct iovec *iov,
 	}
 	if (mmap)
 		log_outcome(st, NULL);
+	if (dirops) {
+		g_atomic_int_set(&st->parallel_dirops, 1);
+		log_dirops(st, NULL);
+	}
 	if (pt) {
 		const char *why = pt_probe(fs->pt);
 
@@ -220,6 +244,36 @@ static guint32 reply_flags(const struct iovec *iov, int count, size_t total)
 		return 0;
 	gather(buf, iov, count);
 	return arg->flags;
+}
+
+/*
+ * Why the INIT reply (@iov, @total bytes, error @err) cannot ask for
+ * FUSE_PARALLEL_DIROPS, or NULL.  libfuse 3.14 wants it by default
+ * (FUSE_CAP_PARALLEL_DIROPS) but never writes the flag into its reply
+ * (3.17 does), so without this the kernel takes a directory's lock
+ * around every LOOKUP in it (fuse_lock_inode()): 32 readers opening
+ * files of one directory queue for it, each LOOKUP's round trip and the
+ * reader's wake-up after it one at a time (docs/PERFORMANCE.md, "Issue
+ * 25, session 20").  Lookups and listings are safe in parallel here: the
+ * index and the overlay take their own locks, as they do for requests
+ * on different directories.  Sets *@already if libfuse asked for it.
+ */
+static const char *dirops_refusal(const struct fuse_init_state *st,
+				  const struct iovec *iov, int count,
+				  size_t total, int err, gboolean *already)
+{
+	*already = FALSE;
+	if (err)
+		return "INIT failed";
+	if (!(st->offered & FUSE_PARALLEL_DIROPS))
+		return "the kernel does not offer it";
+	if (total < sizeof(struct fuse_out_header) +
+			    offsetof(struct fuse_init_out, flags) +
+			    sizeof(guint32) ||
+	    total > INIT_REPLY_MAX)
+		return "libfuse's INIT reply has no flags";
+	*already = (reply_flags(iov, count, total) & FUSE_PARALLEL_DIROPS) != 0;
+	return NULL;
 }
 
 /* Why the INIT reply cannot turn passthrough on, or NULL. */
@@ -297,7 +351,8 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 	struct fs *fs = userdata;
 	struct fuse_init_state *st = state_of(userdata);
 	const struct fuse_out_header *out = iov[0].iov_base;
-	const char *why, *pt_why;
+	const char *why, *pt_why, *dirops_why;
+	gboolean dirops_there;
 	size_t total = 0;
 	int i;
 
@@ -320,13 +375,22 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 	g_atomic_int_set(&st->stage, 2);
 	why = refusal(st, total, out->error);
 	pt_why = pt_refusal(st, iov, count, total, out->error);
-	if (!why || !pt_why) {
+	dirops_why = dirops_refusal(st, iov, count, total, out->error,
+				    &dirops_there);
+	if (dirops_there) {
+		/* libfuse asked for it itself. */
+		g_atomic_int_set(&st->parallel_dirops, 1);
+		log_dirops(st, NULL);
+	} else if (dirops_why) {
+		log_dirops(st, dirops_why);
+	}
+	if (!why || !pt_why || (!dirops_why && !dirops_there)) {
 		if (why)
 			log_outcome(st, why);
 		if (pt_why)
 			log_passthrough(st, pt_why);
 		return write_init_reply(fd, fs, iov, count, total, !why,
-					!pt_why);
+					!pt_why, !dirops_why && !dirops_there);
 	}
 	log_outcome(st, why);
 	log_passthrough(st, pt_why);

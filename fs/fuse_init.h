@@ -18,6 +18,8 @@
  * for the writeback cache (which the kernel refuses it with), or
  * pt_off says why not; the opens that pass through get FOPEN_PASSTHROUGH
  * and their backing id added to their reply (fuse_init_reply_open()).
+ * FUSE_PARALLEL_DIROPS, which libfuse 3.14 wants by default but leaves
+ * out of its reply, is added if the kernel offered it (dirops_refusal()).
  * Every other request and reply passes through untouched.
  *
  * What it costs: libfuse splices neither way with custom I/O that has no
@@ -36,10 +38,11 @@ struct fuse_init_state {
 	/* Written by the thread that reads INIT, read by the same thread
 	 * when it replies; no other request comes before the reply. */
 	guint64 unique;
-	guint64 offered; /* the kernel's flags | flags2 << 32 */
-	guint minor;	 /* the kernel's protocol minor */
-	gint stage;	 /* atomic: 0 before INIT, 1 read, 2 answered */
-	gint allow_mmap; /* atomic: FUSE_DIRECT_IO_ALLOW_MMAP negotiated */
+	guint64 offered;      /* the kernel's flags | flags2 << 32 */
+	guint minor;	      /* the kernel's protocol minor */
+	gint stage;	      /* atomic: 0 before INIT, 1 read, 2 answered */
+	gint allow_mmap;      /* atomic: FUSE_DIRECT_IO_ALLOW_MMAP negotiated */
+	gint parallel_dirops; /* atomic: FUSE_PARALLEL_DIROPS negotiated */
 	/* Why FUSE_PASSTHROUGH is not to be asked for (an option, no
 	 * CAP_SYS_ADMIN), or NULL: set before the loop. */
 	const char *pt_off;

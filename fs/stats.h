@@ -71,6 +71,8 @@ struct stats_sources {
 	struct pt_stats pt;  /* passthrough.h */
 	/* FUSE requests by kind. */
 	guint64 ops[STATS_OPS];
+	/* What FUSE INIT negotiated (fuse_init.h). */
+	gboolean parallel_dirops, direct_io_allow_mmap;
 };
 
 /* Drops @src's reference on its index. */

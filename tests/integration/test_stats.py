@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import tempfile
+import threading
 import time
 import unittest
 
@@ -86,6 +87,10 @@ class StatsTest(harness.MountCase):
                 self.assertGreaterEqual(v, 0, f"{group}.{k}")
         self.assertEqual(set(s["index"]), {"bucket", "prefix", "keys",
                                            "created", "generation"})
+        self.assertEqual(set(s["fuse_init"]),
+                         {"parallel_dirops", "direct_io_allow_mmap"})
+        for k, v in s["fuse_init"].items():
+            self.assertIsInstance(v, bool, f"fuse_init.{k}")
 
     def test_stats_json(self):
         # Two spellings of one server: two endpoints, both listed.
@@ -135,6 +140,43 @@ class StatsTest(harness.MountCase):
         self.assertEqual(self.stats(m)[1]["index"]["generation"], 2)
         self.unmount(m)
 
+    def test_parallel_dirops_negotiated(self):
+        """libfuse 3.14 leaves FUSE_PARALLEL_DIROPS out of its INIT reply,
+        so the kernel would hold a directory's lock around every LOOKUP in
+        it; bucketfs adds the flag (fuse_init.c), says so in its log and
+        its stats, and lookups from many threads at once in one directory
+        still answer right."""
+        m = harness.Mount(f"s3://{BUCKET}/{PREFIX}", self.server.url,
+                          os.path.join(self.tmp, "dirops.idx"),
+                          log=os.path.join(self.tmp, "dirops.log"))
+        self.mounts.append(m)
+        s = self.stats(m)[1]
+        self.assertTrue(s["fuse_init"]["parallel_dirops"], m.output())
+        self.assertIn("FUSE_PARALLEL_DIROPS negotiated", m.output())
+        errors = []
+
+        def look(t):
+            try:
+                for i in range(40):
+                    # Not there: each is a LOOKUP of the root...
+                    self.assertFalse(os.path.exists(m.path(f"no-{t}-{i}")))
+                    # ... and these are, all in one directory.
+                    k = list(FILES)[(t + i) % len(FILES)]
+                    self.assertEqual(os.stat(m.path(k)).st_size,
+                                     len(FILES[k]))
+            except Exception as e:  # reported below, with the thread's
+                errors.append(e)
+
+        ts = [threading.Thread(target=look, args=(t,)) for t in range(16)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        self.assertEqual(errors, [])
+        for k, v in FILES.items():
+            with open(m.path(k), "rb") as f:
+                self.assertEqual(f.read(), v)
+        self.unmount(m)
 
 if __name__ == "__main__":
     harness.main()
