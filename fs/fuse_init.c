@@ -126,8 +126,7 @@ static void log_dirops(const struct fuse_init_state *st, const char *why)
 	if (!why)
 		log_msg(LOG_LEVEL_INFO,
 			"kernel FUSE 7.%u: FUSE_PARALLEL_DIROPS negotiated "
-			"(lookups and listings of one directory run in "
-			"parallel)",
+			"(lookups in one directory run in parallel)",
 			st->minor);
 	else
 		log_msg(LOG_LEVEL_INFO,
