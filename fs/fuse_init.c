@@ -54,6 +54,14 @@ G_STATIC_ASSERT(sizeof(struct open_out_740) == 16);
 #define INIT_REPLY_MAX                                                         \
 	(sizeof(struct fuse_out_header) + sizeof(struct fuse_init_out))
 
+/* Whether an INIT reply of @total bytes can be patched and reaches @end
+ * bytes into its fuse_init_out. */
+static gboolean reply_reaches(size_t total, size_t end)
+{
+	return total >= sizeof(struct fuse_out_header) + end &&
+	       total <= INIT_REPLY_MAX;
+}
+
 static struct fuse_init_state *state_of(void *userdata)
 {
 	return &((struct fs *)userdata)->init;
@@ -221,10 +229,8 @@ static const char *refusal(const struct fuse_init_state *st, size_t total,
 		return "INIT failed";
 	if ((st->offered & want) != want)
 		return "the kernel does not offer it; Linux >= 6.6 does";
-	if (total < sizeof(struct fuse_out_header) +
-			    offsetof(struct fuse_init_out, flags2) +
-			    sizeof(guint32) ||
-	    total > INIT_REPLY_MAX)
+	if (!reply_reaches(total, offsetof(struct fuse_init_out, flags2) +
+					  sizeof(guint32)))
 		return "libfuse's INIT reply has no flags2";
 	return NULL;
 }
@@ -236,10 +242,8 @@ static guint32 reply_flags(const struct iovec *iov, int count, size_t total)
 	const struct fuse_init_out *arg =
 		(const void *)(buf + sizeof(struct fuse_out_header));
 
-	if (total > INIT_REPLY_MAX ||
-	    total < sizeof(struct fuse_out_header) +
-			    offsetof(struct fuse_init_out, flags) +
-			    sizeof(arg->flags))
+	if (!reply_reaches(total, offsetof(struct fuse_init_out, flags) +
+					  sizeof(arg->flags)))
 		return 0;
 	gather(buf, iov, count);
 	return arg->flags;
@@ -266,10 +270,8 @@ static const char *dirops_refusal(const struct fuse_init_state *st,
 		return "INIT failed";
 	if (!(st->offered & FUSE_PARALLEL_DIROPS))
 		return "the kernel does not offer it";
-	if (total < sizeof(struct fuse_out_header) +
-			    offsetof(struct fuse_init_out, flags) +
-			    sizeof(guint32) ||
-	    total > INIT_REPLY_MAX)
+	if (!reply_reaches(total, offsetof(struct fuse_init_out, flags) +
+					  sizeof(guint32)))
 		return "libfuse's INIT reply has no flags";
 	*already = (reply_flags(iov, count, total) & FUSE_PARALLEL_DIROPS) != 0;
 	return NULL;
@@ -289,9 +291,7 @@ static const char *pt_refusal(const struct fuse_init_state *st,
 	if ((st->offered & want) != want)
 		return "the kernel does not offer it; Linux >= 6.9 built "
 		       "with CONFIG_FUSE_PASSTHROUGH does";
-	if (total < sizeof(struct fuse_out_header) + INIT_OUT_STACK_DEPTH +
-			    sizeof(guint32) ||
-	    total > INIT_REPLY_MAX)
+	if (!reply_reaches(total, INIT_OUT_STACK_DEPTH + sizeof(guint32)))
 		return "libfuse's INIT reply has no max_stack_depth";
 	if (reply_flags(iov, count, total) & FUSE_WRITEBACK_CACHE)
 		return "the kernel refuses it with the writeback cache";
@@ -351,7 +351,7 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 	struct fuse_init_state *st = state_of(userdata);
 	const struct fuse_out_header *out = iov[0].iov_base;
 	const char *why, *pt_why, *dirops_why;
-	gboolean dirops_there;
+	gboolean dirops_there, dirops;
 	size_t total = 0;
 	int i;
 
@@ -376,20 +376,21 @@ static ssize_t hook_writev(int fd, struct iovec *iov, int count, void *userdata)
 	pt_why = pt_refusal(st, iov, count, total, out->error);
 	dirops_why = dirops_refusal(st, iov, count, total, out->error,
 				    &dirops_there);
-	if (dirops_there) {
-		/* libfuse asked for it itself. */
+	dirops = !dirops_why && !dirops_there; /* to be added */
+	if (dirops_why) {
+		log_dirops(st, dirops_why);
+	} else if (dirops_there) {
+		/* libfuse (3.17 on) asked for it itself. */
 		g_atomic_int_set(&st->parallel_dirops, 1);
 		log_dirops(st, NULL);
-	} else if (dirops_why) {
-		log_dirops(st, dirops_why);
 	}
-	if (!why || !pt_why || (!dirops_why && !dirops_there)) {
+	if (!why || !pt_why || dirops) {
 		if (why)
 			log_outcome(st, why);
 		if (pt_why)
 			log_passthrough(st, pt_why);
 		return write_init_reply(fd, fs, iov, count, total, !why,
-					!pt_why, !dirops_why && !dirops_there);
+					!pt_why, dirops);
 	}
 	log_outcome(st, why);
 	log_passthrough(st, pt_why);
