@@ -156,16 +156,20 @@ static const char *const op_names[STATS_OPS] = {
 	"readdir_entries", "readdirplus_entries",
 };
 
-static void add_ops(JsonBuilder *b, const struct stats_sources *src)
+static void add_ops(JsonBuilder *b, const guint64 *ops)
 {
 	guint i;
 
 	json_builder_set_member_name(b, "ops");
 	json_builder_begin_object(b);
 	for (i = 0; i < STATS_OPS; i++)
-		add_uint(b, op_names[i], src->ops[i]);
+		add_uint(b, op_names[i], ops[i]);
 	json_builder_end_object(b);
-	/* What INIT negotiated with the kernel. */
+}
+
+/* What FUSE INIT negotiated with the kernel. */
+static void add_fuse_init(JsonBuilder *b, const struct stats_sources *src)
+{
 	json_builder_set_member_name(b, "fuse_init");
 	json_builder_begin_object(b);
 	add_bool(b, "parallel_dirops", src->parallel_dirops);
@@ -225,7 +229,8 @@ char *stats_json(const struct stats_sources *src)
 	add_stages(b, src->http);
 	add_streams(b, &src->streams);
 	add_lookups(b, &src->lookups);
-	add_ops(b, src);
+	add_ops(b, src->ops);
+	add_fuse_init(b, src);
 	add_index(b, src);
 	json_builder_end_object(b);
 	root = json_builder_get_root(b);
