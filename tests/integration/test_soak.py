@@ -64,9 +64,10 @@ FD_PER_EVENT_THREAD = 4
 # holding a file open in passthrough holds its body, whose memfd stays
 # open in the daemon until it is reused; the shared pools keep at most a
 # quarter of RLIMIT_NOFILE of them (src/bufpool.c, shared_limit()), past
-# which a body is anonymous and its memfd closed once lent.  Since
-# session 20 most of these readers' opens pass through (an open whose
-# object another open holds waits for it), so they may all be in use.
+# which a body is anonymous and its memfd closed once lent.  Where many
+# of these readers' opens pass through (session 20 tried an open that
+# waits for a GET on its way: TSan's run held 743), they may all be in
+# use.
 FD_SHARED = NOFILE // 4
 FAULTS = [
     {"op": "GET", "kind": "status", "status": 503, "code": "SlowDown",
