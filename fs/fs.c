@@ -394,6 +394,7 @@ void fs_get_stats_sources(struct fs *fs, struct stats_sources *out)
 	g_mutex_lock(&fs->lock);
 	out->idx = index_ref(fs->current->idx);
 	out->generation = fs->current->number;
+	out->open = g_hash_table_size(fs->handles);
 	if (fs->streams)
 		streams_get_stats(fs->streams, &out->streams);
 	g_mutex_unlock(&fs->lock);

@@ -42,6 +42,14 @@ enum fs_direct_io {
 };
 
 /*
+ * Background requests (RELEASE, the kernel's async readahead) the kernel
+ * may have at the daemon at once (FUSE INIT's max_background).  The
+ * kernel's default of 12 lets RELEASEs fall behind the opens of a few
+ * thousand readers (fs/ops.c, op_init()).  The field is 16 bits.
+ */
+#define FS_MAX_BACKGROUND 4096
+
+/*
  * -o readdirplus=.  AUTO, the default, is ALWAYS for an index of at most
  * FS_READDIRPLUS_SMALL entries (its whole listing costs the kernel at most
  * ~110 MiB, and a loader that lists, then opens, needs no lookup per file)

@@ -707,6 +707,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	else
 		conn->want &= ~FUSE_CAP_READDIRPLUS_AUTO;
 	conn->max_read = 1u << 20;
+	/* The kernel sends RELEASE in the background, and lets at most
+	 * max_background background requests reach the daemon at once (12
+	 * unless told): behind thousands of readers' requests, 12 RELEASEs
+	 * at a time fall behind the opens, and each file not yet released
+	 * holds its handle and its object here (the ASan soak with 4,096
+	 * readers: 200,000 handles, and no object ever let go; see
+	 * docs/PERFORMANCE.md, "Issue 25, session 21").  The congestion
+	 * threshold that stops the kernel's async readahead is 3/4 of it
+	 * (libfuse's default). */
+	conn->max_background = FS_MAX_BACKGROUND;
 	/* The kernel keeps the smaller of this and the bdi's read_ahead_kb,
 	 * which main.c raised to the same value if it could (bdi.h). */
 	conn->max_readahead =

@@ -224,6 +224,7 @@ char *stats_json(const struct stats_sources *src)
 	json_builder_begin_object(b);
 	add_uint(b, "reads", src->reads);
 	add_uint(b, "handed_over", src->handed_over);
+	add_uint(b, "open", src->open);
 	json_builder_end_object(b);
 	add_passthrough(b, &src->pt);
 	add_stages(b, src->http);

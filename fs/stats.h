@@ -11,7 +11,8 @@
  *   queued       requests waiting for a transfer slot (http_queued());
  *   readahead    the fields of struct ra_stats, by their names;
  *   files        reads (FUSE reads of files), handed_over (files stored
- *                in the page cache at open);
+ *                in the page cache at open), open (files opened and not
+ *                yet released: the kernel sends RELEASE after close());
  *   passthrough  on (FUSE passthrough negotiated and not turned off),
  *                opens (opens answered in passthrough from a memfd), and
  *                fallbacks: cached, memfd, backing, reply (opens that
@@ -68,6 +69,7 @@ struct stats_sources {
 	struct lookups_stats lookups;
 	guint64 reads;	     /* FUSE reads of files */
 	guint64 handed_over; /* files stored in the page cache at open */
+	guint64 open;	     /* handles not yet released */
 	struct pt_stats pt;  /* passthrough.h */
 	/* FUSE requests by kind. */
 	guint64 ops[STATS_OPS];

@@ -66,7 +66,7 @@ class StatsTest(harness.MountCase):
         self.assertEqual(set(s["readahead"]), set(READAHEAD))
         self.assertEqual(set(s["streams"]), set(STREAMS))
         self.assertEqual(set(s["lookups"]), set(LOOKUPS))
-        self.assertEqual(set(s["files"]), {"reads", "handed_over"})
+        self.assertEqual(set(s["files"]), {"reads", "handed_over", "open"})
         self.assertEqual(set(s["passthrough"]),
                          {"on", "opens", "stale", "direct", "memfds",
                           "fallbacks"})
@@ -176,6 +176,28 @@ class StatsTest(harness.MountCase):
         for k, v in FILES.items():
             with open(m.path(k), "rb") as f:
                 self.assertEqual(f.read(), v)
+        self.unmount(m)
+
+    def test_open_files_counted_until_released(self):
+        """files.open counts the handles the daemon holds: one per open
+        file, and none once the kernel's RELEASEs (sent after close(), in
+        the background) have come."""
+        m = harness.Mount(f"s3://{BUCKET}/{PREFIX}", self.server.url,
+                          os.path.join(self.tmp, "open.idx"),
+                          log=os.path.join(self.tmp, "open.log"))
+        self.mounts.append(m)
+        keys = list(FILES)[:3]
+        fs = [open(m.path(k), "rb") for k in keys]
+        try:
+            self.assertEqual(self.stats(m)[1]["files"]["open"], len(keys))
+        finally:
+            for f in fs:
+                f.close()
+        deadline = time.monotonic() + 10
+        while self.stats(m)[1]["files"]["open"] and \
+                time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.assertEqual(self.stats(m)[1]["files"]["open"], 0)
         self.unmount(m)
 
 if __name__ == "__main__":
