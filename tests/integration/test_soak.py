@@ -17,6 +17,9 @@ sampled.  The test asserts:
     fill the budget (idle connections stay warm), so the leak check is on
     the descriptors that are not sockets: flat, the median of the last
     third of the run no higher than the median of the middle third + 8;
+  - the files the daemon holds open (stats: files.open, sampled every
+    second) never exceed the readers plus FUSE's max_background (fs/fs.h):
+    the kernel's RELEASEs keep up with the opens;
   - VmRSS is flat after warm-up (the first fifth): the median of the second
     half is within 1.5x + 32 MiB of the median of the first half (a leak
     of a buffer per request would be far beyond that); not under
