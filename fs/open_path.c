@@ -231,10 +231,15 @@ static void open_ready(const void *buf, gsize len, const GError *error,
 
 /*
  * With passthrough negotiated and direct_io=auto, how an open of a file
- * fetched whole (@f: direct_io so far) is answered: if its object is here
- * already (fetched ahead) and passthrough is on, in passthrough from it
- * (f->direct_io cleared, the caller goes on to fetch it whole, at once);
- * if not, with direct_io,
+ * fetched whole (@f: direct_io so far) is answered: if passthrough is on
+ * and its object is here already or on its way (fetched ahead: announced,
+ * guessed at a stream or at its LOOKUP, or another open's), in
+ * passthrough from it once it is here (f->direct_io cleared, the caller
+ * goes on to wait for it whole).  The first READ would wait for that same
+ * GET; this way no READ reaches the daemon at all, the one at end of file
+ * included (docs/PERFORMANCE.md, "Issue 25, session 20").  If not (its
+ * GET starts at this open), with direct_io, so that the open returns at
+ * once and the reader's next calls overlap the GET,
  * recorded so that no passthrough open of the node starts meanwhile, or
  * in passthrough if the node is already (pt_open_direct()).  Returns
  * FALSE if it answered the open (refused, or joined the node's backing
@@ -248,13 +253,12 @@ static gboolean direct_or_here(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 	GBytes *here = readahead_peek_whole(h->rf, &alone);
 	int id = -1, err;
 
-	if (here && pt_on(fs->pt)) {
-		g_bytes_unref(here);
+	if ((here || readahead_fetched_ahead(h->rf)) && pt_on(fs->pt)) {
+		g_clear_pointer(&here, g_bytes_unref);
 		f->direct_io = 0;
 		return TRUE;
 	}
-	if (here)
-		g_bytes_unref(here);
+	g_clear_pointer(&here, g_bytes_unref);
 	h->ino = ino;
 	h->pt_mode = pt_open_direct(fs->pt, ino, etag, &id, &err);
 	if (refused(req, fs, h, err))

@@ -96,6 +96,7 @@ struct ra_file {
 	guint64 size;
 	guint refs;	    /* handle + GETs in flight; under ra->lock */
 	struct object *obj; /* small objects */
+	gboolean ahead;	    /* obj's GET started before the open */
 	/* Large objects, under ra->lock. */
 	guint64 next_off;     /* the furthest end read since the last seek */
 	guint64 stream_start; /* where the reads since that seek began */
@@ -825,6 +826,8 @@ struct ra_file *readahead_open(struct readahead *ra, const char *key,
 		}
 		if (!obj || !obj->announced)
 			consume_announcement(ra, key);
+		/* Fetched for an announcement, a guess or another open. */
+		f->ahead = obj != NULL;
 		if (obj && obj->announced) {
 			/* The announcement's reference becomes ours. */
 			obj->announced = FALSE;
@@ -910,6 +913,11 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		g_clear_error(&error);
 		g_free(s);
 	}
+}
+
+gboolean readahead_fetched_ahead(const struct ra_file *f)
+{
+	return f->ahead;
 }
 
 GBytes *readahead_peek_whole(struct ra_file *f, gboolean *alone)

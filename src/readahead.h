@@ -142,6 +142,13 @@ void readahead_read(struct ra_file *f, guint64 off, gsize size, ra_read_fn done,
 		    void *user);
 
 /*
+ * Whether the object of @f (fetched whole) was on its way before @f was
+ * opened: announced, guessed at a stream or a lookup, or held by another
+ * open file.  Set at readahead_open(); any thread.
+ */
+gboolean readahead_fetched_ahead(const struct ra_file *f);
+
+/*
  * The whole object of @f, if it is fetched whole and here already (a
  * reference: unref it), else NULL; *@alone says whether @f is the only
  * file open on it.  Any thread; never blocks.

@@ -332,10 +332,60 @@ class PassthroughTest(harness.MountCase):
         opened direct_io (the open returns before its GET); one fetched
         ahead passes through; while a node is open direct_io, its other
         opens are too, even once its object is here (the kernel refuses a
-        direct_io open of a node in passthrough).  Auto is the default."""
+        direct_io open of a node in passthrough).  Auto is the default.
+        Hints only: a stream or lookup guess would fetch f2 ahead, and
+        its open would pass through (the next test)."""
         for pt in ("passthrough=auto", None):
             with self.subTest(pt=pt):
-                self.check_auto(self.mount(pt=pt))
+                self.check_auto(self.mount("readahead=hints", pt=pt))
+
+    def test_auto_waits_for_a_fetch_on_its_way(self):
+        """passthrough=auto: the open of a file whose GET is on its way
+        (announced here; a stream or a lookup guess alike) waits for it
+        and passes through, so that no READ of it reaches the daemon; the
+        object is fetched once.  Its open fails with the GET's error."""
+        m = self.mount(pt=None)
+        self.assertTrue(m.wait_output("FUSE_PASSTHROUGH negotiated"),
+                        m.output())
+        self.server.faults([{"op": "GET", "key_regex": "^s0\\.bin$",
+                             "kind": "delay", "seconds": 1.0, "count": 1}])
+        try:
+            before = self.stats(m)
+            os.setxattr(m.dir, "user.bucketfs.prefetch", b"s0.bin")
+            deadline = time.monotonic() + 20
+            while self.stats(m)["readahead"]["objects_fetched"] == \
+                    before["readahead"]["objects_fetched"]:
+                self.assertLess(time.monotonic(), deadline)
+                time.sleep(0.02)
+            # Its GET is waiting out the delay now.
+            self.assertEqual(read_all(m.path("s0.bin")),
+                             self.objects["s0.bin"])
+        finally:
+            self.server.clear_faults()
+        after = self.stats(m)
+        self.assertEqual(after["passthrough"]["opens"],
+                         before["passthrough"]["opens"] + 1, after)
+        self.assertEqual(after["passthrough"]["direct"],
+                         before["passthrough"]["direct"], after)
+        self.assertEqual(after["files"]["reads"], before["files"]["reads"])
+        self.assertEqual(after["readahead"]["objects_fetched"],
+                         before["readahead"]["objects_fetched"] + 1, after)
+        self.assertEqual(after["readahead"]["prefetch_hits"],
+                         before["readahead"]["prefetch_hits"] + 1, after)
+
+        # A GET on its way that fails: the open fails, with the cause.
+        self.server.faults([{"op": "GET", "key_regex": "^s1\\.bin$",
+                             "kind": "status", "status": 403,
+                             "code": "AccessDenied"}])
+        try:
+            os.setxattr(m.dir, "user.bucketfs.prefetch", b"s1.bin")
+            with self.assertRaises(OSError) as cm:
+                read_all(m.path("s1.bin"))
+            self.assertEqual(cm.exception.errno, errno.EACCES)
+        finally:
+            self.server.clear_faults()
+        self.assertTrue(m.wait_output("AccessDenied"), m.output())
+        self.unmount(m)
 
     def check_auto(self, m):
         self.assertTrue(m.wait_output("FUSE_PASSTHROUGH negotiated"),
