@@ -50,9 +50,9 @@ void fill_stat(const struct fs *fs, struct index *idx, index_id id,
 	index_get_attr(idx, id, &a);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = a.ino;
-	/* In writable mode, directories take new names (overlay.h); indexed
+	/* Directories take new names unless -o ro (overlay.h); indexed
 	 * objects stay read-only. */
-	fill_mode(fs, st, a.is_dir, a.is_dir && fs->ov);
+	fill_mode(fs, st, a.is_dir, a.is_dir && fs_writes(fs));
 	st->st_nlink = a.is_dir ? 2 : 1;
 	st->st_size = (off_t)a.size;
 	st->st_blksize = a.is_dir ? BLOCK : io_block(a.size);

@@ -31,7 +31,7 @@ static void node_stat(struct fs *fs, guint node, struct stat *st)
 	index_unref(idx);
 	memset(st, 0, sizeof(*st));
 	st->st_ino = index_key_ino(emptydirs_key(fs->ed, node), -1);
-	fill_mode(fs, st, TRUE, fs->ov != NULL);
+	fill_mode(fs, st, TRUE, fs_writes(fs));
 	st->st_nlink = 2;
 	st->st_blksize = BLOCK;
 	st->st_mtime = st->st_ctime = st->st_atime = (time_t)s.created;

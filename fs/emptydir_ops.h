@@ -8,7 +8,7 @@
  * EMPTY_GEN (fs_internal.h) whose low bits are its emptydirs.h node
  * number: the set is fixed for the mount's life, so its node ids are
  * never forgotten nor reused and need no lookup count.  It is an empty,
- * read-only directory (write bits only in writable mode, where names can
+ * read-only directory (write bits unless -o ro, where names can
  * be made in it like in any other) with st_ino index_key_ino() of its key
  * (the number it gets once S3 holds something below it), and the current
  * index's creation time as its times.  Once an index has the directory
@@ -16,7 +16,7 @@
  * index instead, so cached names keep working and show what S3 holds.
  *
  * Lookup order of a name in a directory: the index, then the declared
- * directories, then (writable mode) the overlay.  An object of the index
+ * directories, then the overlay.  An object of the index
  * wins over a declared directory of the same name: emptydirs_report()
  * logs a notice for each such path every time an index is switched to.
  *

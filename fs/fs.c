@@ -239,9 +239,8 @@ void fs_set_s3(struct fs *fs, struct s3 *s3)
 {
 	fs->s3 = s3;
 	fs->ra = readahead_new(s3, &fs->opts.readahead);
-	if (fs->opts.writable)
-		fs->ov = overlay_new(s3, fs->opts.write_max, fs->opts.part_size,
-				     fs->opts.write_parts);
+	fs->ov = overlay_new(s3, fs->opts.write_max, fs->opts.part_size,
+			     fs->opts.write_parts, fs->opts.negative_timeout);
 }
 
 void fs_set_empty_dirs(struct fs *fs, struct emptydirs *d)

@@ -80,14 +80,25 @@ struct fs_options {
 	/* -o readdirplus=: which listings hand the kernel attributes and an
 	 * inode per name (enum fs_readdirplus; op_init() decides auto). */
 	int readdirplus;
-	gboolean writable; /* names beyond the index: see overlay.h */
-	guint64 write_max; /* writable mode's largest file; 0 = default */
+	/*
+	 * Names the index lacks (overlay.h) are looked up on the store on
+	 * every mount.  Unless @read_only (-o ro), they may also be created,
+	 * written and removed there; the index's objects never are.
+	 * @writable (-o writable) is for mounts that write much: close,
+	 * fsync and unlink wait in up to 64 FUSE workers.
+	 */
+	gboolean read_only;
+	gboolean writable;
+	/* Seconds a name found on neither the index nor the store is known
+	 * to be missing, by the kernel and by the overlay (0: not cached). */
+	double negative_timeout;
+	guint64 write_max; /* largest file rewritten in place; 0 = default */
 	guint64 part_size; /* multipart part size (upload.h); 0 = default */
 	guint write_parts; /* parts in flight, whole mount; 0 = default */
 	/*
 	 * Every file's and directory's owner, and their permission bits
 	 * (0 to 0777).  Write bits are shown only where a write can work:
-	 * none on a read-only mount, none on indexed files; the kernel
+	 * none with -o ro, none on indexed files; the kernel
 	 * checks them (default_permissions).
 	 */
 	guint32 uid, gid;

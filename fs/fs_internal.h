@@ -6,7 +6,7 @@
  * set of open handles).  The layers above it are in ops.h.
  *
  * The public contract, the node-id scheme and the lock order are in
- * fs.h.  Node ids of generation OVERLAY_GEN are writable mode's: their
+ * fs.h.  Node ids of generation OVERLAY_GEN are the overlay's: their
  * low bits are an overlay node number (overlay.h); those of EMPTY_GEN are
  * the declared directories of -o empty_dirs= (emptydirs.h).
  */
@@ -33,7 +33,7 @@
 #define BLOCK	  4096
 /* The largest st_blksize a file reports (attr.c, io_block()). */
 #define IO_BLOCK_MAX (1u << 20)
-/* Writable mode: node ids of names the index doesn't have (overlay.h),
+/* Node ids of names the index doesn't have (overlay.h),
  * and readdir offsets of those names after a directory's indexed ones. */
 #define OVERLAY_GEN	((G_GUINT64_CONSTANT(1) << (64 - GEN_SHIFT)) - 1)
 #define OVERLAY_DIROFF	(G_GUINT64_CONSTANT(1) << 62)
@@ -54,7 +54,7 @@ struct gen {
 struct fs {
 	struct s3 *s3;		 /* set before the loop, then immutable */
 	struct readahead *ra;	 /* likewise */
-	struct overlay *ov;	 /* likewise; NULL unless writable */
+	struct overlay *ov;	 /* likewise: names the index lacks */
 	struct fuse_session *se; /* likewise */
 	struct emptydirs *ed;	 /* likewise; NULL without empty_dirs */
 	struct passthrough *pt;	 /* made with the fs, then immutable */
@@ -101,7 +101,14 @@ static inline struct fs *data(fuse_req_t req)
 	return fuse_req_userdata(req);
 }
 
-/* Whether @ino names an overlay node (writable mode). */
+/* Whether names the index lacks may be made, written and removed (not
+ * -o ro; the index's objects never may). */
+static inline gboolean fs_writes(const struct fs *fs)
+{
+	return fs->ov && !fs->opts.read_only;
+}
+
+/* Whether @ino names an overlay node: a name the index lacks. */
 static inline gboolean is_overlay(fuse_ino_t ino)
 {
 	return (ino >> GEN_SHIFT) == OVERLAY_GEN;

@@ -256,10 +256,10 @@ static guint32 reply_flags(const struct iovec *iov, int count, size_t total)
  * (3.17 does), so without this the kernel takes a directory's lock
  * around every LOOKUP in it (fuse_lock_inode()): 32 readers opening
  * files of one directory queue for it, each LOOKUP's round trip and the
- * reader's wake-up after it one at a time (docs/PERFORMANCE.md, "Issue
- * 25, session 20").  Lookups and listings are safe in parallel here: the
- * index and the overlay take their own locks, as they do for requests
- * on different directories.  Sets *@already if libfuse asked for it.
+ * reader's wake-up after it one at a time (docs/PERFORMANCE.md).  Lookups and
+ * listings are safe in parallel here: the index and the overlay take their own
+ * locks, as they do for requests on different directories.  Sets *@already if
+ * libfuse asked for it.
  */
 static const char *dirops_refusal(const struct fuse_init_state *st,
 				  const struct iovec *iov, int count,

@@ -40,9 +40,12 @@
 #include "upload.h"
 #include "version.h"
 
-#define DEFAULT_ENTRY_TIMEOUT	3600.0
-#define MAX_CONNECTIONS_DEFAULT 1024
-#define KERNEL_RA_DEFAULT	(2u << 20)
+#define DEFAULT_ENTRY_TIMEOUT 3600.0
+/* -o negative_timeout=: a missing name is asked for again after this. */
+#define DEFAULT_NEGATIVE_TIMEOUT 1.0
+#define NEGATIVE_TIMEOUT_MAX	 3600.0
+#define MAX_CONNECTIONS_DEFAULT	 1024
+#define KERNEL_RA_DEFAULT	 (2u << 20)
 /* -o sched_slice=: the default, the least the kernel grants, and the
  * most it grants. */
 #define SCHED_SLICE_DEFAULT_US 100
@@ -134,13 +137,13 @@ static const char mount_help[] =
 "                          ls -f and os.listdir get names alone), or\n"
 "                          auto, the default: always for an index of\n"
 "                          at most 100,000 entries, lookups above\n"
-"    writable              let names the index doesn't have be created,\n"
-"                          written (a new file streams as a multipart\n"
-"                          upload once past one part, sequentially;\n"
-"                          smaller ones go as one PUT; close and fsync\n"
-"                          complete it), removed, and looked up on S3;\n"
-"                          mkdir makes a \"DIR/\" marker; indexed objects\n"
-"                          stay read-only; rename and link give EXDEV\n"
+"    negative_timeout=SECS how long a name found neither in the index\n"
+"                          nor on S3 is known to be missing, by the\n"
+"                          kernel and the daemon (default 1; 0: ask S3\n"
+"                          every time)\n"
+"    writable              for mounts that write much: close, fsync and\n"
+"                          unlink may wait in up to 64 FUSE workers\n"
+"                          (the default is one per CPU)\n"
 "    write_max=BYTES       largest file reopened for writing without\n"
 "                          O_TRUNC, buffered whole (64 MiB)\n"
 "    part_size=BYTES       multipart part size, 8 to 64 MiB (16 MiB)\n"
@@ -153,11 +156,19 @@ static const char mount_help[] =
 "    file_mode=OCTAL       permissions of files (default 0644)\n"
 "    dir_mode=OCTAL        permissions of directories (default 0755);\n"
 "                          write bits show only where writes can work:\n"
-"                          none on a read-only mount, none on indexed\n"
+"                          none with ro, none on indexed\n"
 "                          objects; the kernel enforces them\n"
 "                          (default_permissions)\n"
 "    allow_other           let other users see the mount (FUSE)\n"
 "    and FUSE's generic options (fsname=, auto_unmount, ...)\n"
+"\n"
+"Names the index lacks are looked up on S3 (HEAD, then a one-key LIST\n"
+"for a directory), so files other hosts make are seen.  Unless ro is\n"
+"given they may be created, written (a new file streams as a multipart\n"
+"upload once past one part, sequentially; smaller ones go as one PUT;\n"
+"close and fsync complete it) and removed; mkdir makes a \"DIR/\"\n"
+"marker.  The index's objects stay read-only (EROFS) and pinned to\n"
+"their ETag; rename and link give EXDEV.\n"
 "\n"
 "SIGHUP makes a mounted bucketfs reopen its index file and switch to it\n"
 "(after bucketfs-index build), or fetch index_url again; open files keep\n"
@@ -201,7 +212,7 @@ static gboolean parse_number(const char *name, const char *v, double max,
 	char *end;
 	double d = g_ascii_strtod(v, &end);
 
-	if (!*v || *end || d < 0 || d > max) {
+	if (!*v || *end || !(d >= 0 && d <= max)) { /* NaN too */
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "option '%s': '%s' is not a number between 0 and "
 			    "%.0f",
@@ -321,6 +332,9 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 
 	if (!strcmp(name, "entry_timeout"))
 		return parse_number(name, v, 1e9, &m->fs.entry_timeout, error);
+	if (!strcmp(name, "negative_timeout"))
+		return parse_number(name, v, NEGATIVE_TIMEOUT_MAX,
+				    &m->fs.negative_timeout, error);
 	if (!strcmp(name, "free_space")) {
 		if (!parse_number(name, v, 1e19, &d, error))
 			return FALSE;
@@ -500,7 +514,7 @@ static gboolean take_mount_option(struct mount *m, const char *opt,
 	    !strcmp(name, "user") || !strcmp(name, "users") ||
 	    !strcmp(name, "nouser"))
 		return TRUE;
-	if (!strcmp(name, "default_permissions") || !strcmp(name, "ro"))
+	if (!strcmp(name, "default_permissions"))
 		return TRUE; /* always set */
 	g_ptr_array_add(m->fuse_opts, g_strdup(opt));
 	return TRUE;
@@ -567,8 +581,17 @@ static gboolean parse_args(struct mount *m, int argc, char **argv,
 	for (j = 0; j < pass->len; j++)
 		if (!take_mount_option(m, g_ptr_array_index(pass, j), error))
 			return FALSE;
-	return config_parse_url(&m->cfg, url, error) &&
-	       config_finish(&m->cfg, error);
+	if (!config_parse_url(&m->cfg, url, error) ||
+	    !config_finish(&m->cfg, error))
+		return FALSE;
+	m->fs.read_only = m->cfg.read_only;
+	if (m->fs.read_only && m->fs.writable) {
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "options 'ro' and 'writable' contradict each "
+			    "other: choose one");
+		return FALSE;
+	}
+	return TRUE;
 }
 
 /*
@@ -656,7 +679,7 @@ static void raise_kernel_readahead(struct mount *m, const char *real)
  * advises: starting threads costs more than keeping them).  So the pool
  * grows to the most requests ever in a handler at once and a soak
  * shows a slow climb to that peak (23 to 36 threads over 30 minutes
- * with a bound of 64).  On a read-only mount no handler waits for the
+ * with a bound of 64).  On the read path no handler waits for the
  * network: open and read are answered later, from the event and
  * completion threads, lookup, getattr and readdir from the index in
  * memory.  A worker there is busy only while it runs or waits for a
@@ -666,9 +689,9 @@ static void raise_kernel_readahead(struct mount *m, const char *real)
  * it, and one that finds them all busy is taken by the next free one
  * without a sleep.  Measured on the small files (2 CPUs, 32 readers),
  * 8 workers cost the daemon 5.6-6.1 context switches per file, 2 cost
- * 4.5 (docs/PERFORMANCE.md, "Issue 25, session 12").  A writable mount
- * keeps 64: its close, fsync and unlink wait for their upload or DELETE
- * in the worker.
+ * 4.5 (docs/PERFORMANCE.md).  A lookup of a name the index lacks, and a
+ * write's close, fsync and unlink, wait for S3 in the worker: rare on a
+ * dataset mount; -o writable, for mounts that write much, keeps 64.
  */
 static unsigned int fuse_workers(const struct mount *m)
 {
@@ -789,7 +812,7 @@ struct sched_attr_v1 {
  * of 1.4-2.8 ms, and ticks 4 ms apart at HZ=250, each thread woken on a
  * core another of them holds waits out that slice.  A short slice lets
  * the woken thread run first: pinned to one core, 32 readers at 20 ms
- * gained 1.05x files/s (docs/PERFORMANCE.md, session 14).  The policy
+ * gained 1.05x files/s (docs/PERFORMANCE.md).  The policy
  * and nice level stay as they are; older kernels ignore the runtime of a
  * normal thread, and a failure only costs that latency, so both are said
  * at debug level.
@@ -840,6 +863,7 @@ int main(int argc, char **argv)
 	config_set_mount_handler(&m.cfg, file_mount_option, &m);
 	g_mutex_init(&m.fetch_lock);
 	m.fs.entry_timeout = DEFAULT_ENTRY_TIMEOUT;
+	m.fs.negative_timeout = DEFAULT_NEGATIVE_TIMEOUT;
 	/* The mounting user's, as every peer does; modes let others read. */
 	m.fs.uid = getuid();
 	m.fs.gid = getgid();
@@ -859,9 +883,6 @@ int main(int argc, char **argv)
 	raise_nofile(&m.cfg);
 	/* Before any thread starts: all of them inherit it. */
 	set_sched_slice(m.sched_slice_us);
-	if (m.cfg.rw_ignored)
-		log_msg(LOG_LEVEL_NOTICE, "option 'rw' ignored: bucketfs is "
-					  "read-only, writes get EROFS");
 	/* libfuse works from "/" once mounted: no relative paths after. */
 	m.index_path = m.cfg.index_path
 			       ? g_canonicalize_filename(m.cfg.index_path, NULL)

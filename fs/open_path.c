@@ -43,7 +43,7 @@ void open_log_read_error(const char *key, const GError *error)
  * it for objects fetched whole only where INIT negotiated that: on the
  * RetinaNet load it measured 1.18-1.21x the files/s of the store at open
  * with the daemon on a core of its own, in one read() and in DLIO's
- * chunks (docs/PERFORMANCE.md, "Issue 25, session 13").  Larger objects
+ * chunks (docs/PERFORMANCE.md).  Larger objects
  * keep the page cache: there the kernel's readahead turns a reader's
  * small reads into 1 MiB READs.  Where passthrough is on, auto still
  * answers this way an open whose object is not here yet (open_answer()).
@@ -237,7 +237,7 @@ static void open_ready(const void *buf, gsize len, const GError *error,
  * passthrough from it once it is here (f->direct_io cleared, the caller
  * goes on to wait for it whole).  The first READ would wait for that same
  * GET; this way no READ reaches the daemon at all, the one at end of file
- * included (docs/PERFORMANCE.md, "Issue 25, session 20").  If not (its
+ * included (docs/PERFORMANCE.md).  If not (its
  * GET starts at this open), with direct_io, so that the open returns at
  * once and the reader's next calls overlap the GET,
  * recorded so that no passthrough open of the node starts meanwhile, or

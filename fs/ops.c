@@ -20,8 +20,7 @@
 #include "overlay_ops.h"
 #include "stats.h"
 
-#define PIB		 (G_GUINT64_CONSTANT(1) << 50)
-#define NEGATIVE_TIMEOUT 10.0
+#define PIB (G_GUINT64_CONSTANT(1) << 50)
 
 /* -- attributes --------------------------------------------------------- */
 
@@ -76,7 +75,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct index *idx;
 
 	count_op(fs, STATS_LOOKUP, 1);
-	if (fs->ov && is_overlay(parent)) {
+	if (is_overlay(parent)) {
 		lookup_overlay(req, fs, parent, name);
 		return;
 	}
@@ -90,17 +89,9 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	} else if (fs->ed &&
 		   empty_dir_lookup(req, fs, idx, dir, parent, name)) {
 		/* A directory of -o empty_dirs= the index lacks: replied. */
-	} else if (fs->ov) {
-		lookup_overlay(req, fs, parent, name);
 	} else {
-		struct fuse_entry_param neg = {
-			.entry_timeout =
-				MIN(fs->opts.entry_timeout, NEGATIVE_TIMEOUT),
-		};
-
-		/* A cached negative entry, but not for long: a SIGHUP
-		 * refresh may bring the name. */
-		fuse_reply_entry(req, &neg);
+		/* Another host may have made it: asked of S3. */
+		lookup_overlay(req, fs, parent, name);
 	}
 	index_unref(idx);
 }
@@ -510,8 +501,8 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 	st.f_blocks = (s.bytes + free_bytes + BLOCK - 1) / BLOCK;
 	st.f_bfree = st.f_bavail = free_bytes / BLOCK;
 	st.f_files = s.entries;
-	/* Writable mode takes new names: say there is room for them. */
-	st.f_ffree = st.f_favail = fs->ov ? G_MAXUINT32 : 0;
+	/* New names can be made (not -o ro): say there is room for them. */
+	st.f_ffree = st.f_favail = fs_writes(fs) ? G_MAXUINT32 : 0;
 	st.f_files += st.f_ffree;
 	st.f_namemax = INDEX_NAME_MAX;
 	fuse_reply_statfs(req, &st);
@@ -713,7 +704,7 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * at a time fall behind the opens, and each file not yet released
 	 * holds its handle and its object here (the ASan soak with 4,096
 	 * readers: 200,000 handles, and no object ever let go; see
-	 * docs/PERFORMANCE.md, "Issue 25, session 21").  The congestion
+	 * docs/PERFORMANCE.md).  The congestion
 	 * threshold that stops the kernel's async readahead is 3/4 of it
 	 * (libfuse's default). */
 	conn->max_background = FS_MAX_BACKGROUND;

@@ -13,7 +13,7 @@
  *   ops.c          the op table and its dispatch, the indexed tree's
  *                  metadata and the read path, with open_path.c (how an
  *                  indexed file's open is answered);
- *   overlay_ops.c  writable mode's names (overlay_ops.h), and
+ *   overlay_ops.c  names the index lacks (overlay_ops.h), and
  *   emptydir_ops.c the directories of -o empty_dirs= (emptydir_ops.h):
  *                  the namespaces beside the index, side by side;
  *   attr.c         what every namespace fills its replies with:

@@ -23,7 +23,7 @@ static void onode_free(void *p)
 }
 
 struct overlay *overlay_new(struct s3 *s3, guint64 write_max, guint64 part_size,
-			    guint parts_max)
+			    guint parts_max, double negative_timeout)
 {
 	struct overlay *ov = g_new0(struct overlay, 1);
 
@@ -35,6 +35,9 @@ struct overlay *overlay_new(struct s3 *s3, guint64 write_max, guint64 part_size,
 	ov->by_node = g_hash_table_new_full(g_int64_hash, g_int64_equal, NULL,
 					    onode_free);
 	ov->by_key = g_hash_table_new(g_str_hash, g_str_equal);
+	ov->missing =
+		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
+	ov->negative_us = (gint64)(negative_timeout * G_USEC_PER_SEC);
 	return ov;
 }
 
@@ -42,6 +45,7 @@ void overlay_free(struct overlay *ov)
 {
 	if (!ov)
 		return;
+	g_hash_table_unref(ov->missing);
 	g_hash_table_unref(ov->by_key);
 	g_hash_table_unref(ov->by_node);
 	uploader_free(ov->up);
@@ -94,6 +98,7 @@ static struct onode *node_get(struct overlay *ov, const char *key,
 		return n;
 	if (n) /* a file became a directory, or the reverse */
 		node_remove(ov, n);
+	g_hash_table_remove(ov->missing, key);
 	n = g_new0(struct onode, 1);
 	n->node = ++ov->next_node;
 	n->key = g_strdup(key);
@@ -103,6 +108,42 @@ static struct onode *node_get(struct overlay *ov, const char *key,
 	g_hash_table_insert(ov->by_node, &n->node, n);
 	g_hash_table_insert(ov->by_key, n->key, n);
 	return n;
+}
+
+/* Whether S3 said it lacks @key less than negative_timeout ago. */
+static gboolean missing_known(struct overlay *ov, const char *key)
+{
+	gpointer until;
+
+	if (!g_hash_table_lookup_extended(ov->missing, key, NULL, &until))
+		return FALSE;
+	if ((gsize)g_get_monotonic_time() < GPOINTER_TO_SIZE(until))
+		return TRUE;
+	g_hash_table_remove(ov->missing, key);
+	return FALSE;
+}
+
+static gboolean missing_expired(gpointer key, gpointer until, gpointer now)
+{
+	(void)key;
+	return GPOINTER_TO_SIZE(until) <= GPOINTER_TO_SIZE(now);
+}
+
+/* Remembers that S3 lacks @key; when full, the expired go, else all. */
+static void missing_add(struct overlay *ov, const char *key)
+{
+	gint64 now = g_get_monotonic_time();
+
+	if (ov->negative_us <= 0)
+		return;
+	if (g_hash_table_size(ov->missing) >= OV_MISSING_MAX) {
+		g_hash_table_foreach_remove(ov->missing, missing_expired,
+					    GSIZE_TO_POINTER(now));
+		if (g_hash_table_size(ov->missing) >= OV_MISSING_MAX)
+			g_hash_table_remove_all(ov->missing);
+	}
+	g_hash_table_insert(ov->missing, g_strdup(key),
+			    GSIZE_TO_POINTER(now + ov->negative_us));
 }
 
 /* -- S3 (no lock held) -------------------------------------------------- */
@@ -141,11 +182,12 @@ gboolean overlay_lookup(struct overlay *ov, const char *key, gboolean probe,
 		g_mutex_unlock(&ov->lock);
 		return TRUE;
 	}
-	g_mutex_unlock(&ov->lock);
-	if (!probe) {
+	if (!probe || missing_known(ov, key)) {
+		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, ENOENT, "no such name");
 		return FALSE;
 	}
+	g_mutex_unlock(&ov->lock);
 	if (s3_head(ov->s3, key, -1, &meta, &err)) {
 		found = TRUE;
 	} else if (bfs_error_errno(err) != ENOENT) {
@@ -154,12 +196,16 @@ gboolean overlay_lookup(struct overlay *ov, const char *key, gboolean probe,
 	} else if (!probe_dir(ov, key, &is_dir, error)) {
 		return FALSE;
 	}
+	g_mutex_lock(&ov->lock);
 	if (!found && !is_dir) {
+		/* Unless this mount made it meanwhile. */
+		if (!g_hash_table_lookup(ov->by_key, key))
+			missing_add(ov, key);
+		g_mutex_unlock(&ov->lock);
 		g_set_error(error, BFS_ERROR, ENOENT, "no object '%s' on S3",
 			    key);
 		return FALSE;
 	}
-	g_mutex_lock(&ov->lock);
 	n = node_get(ov, key, is_dir);
 	if (found && !n->opens) {
 		n->size = meta.size;
@@ -314,7 +360,7 @@ gboolean overlay_unlink(struct overlay *ov, const char *key, GError **error)
 	g_mutex_unlock(&ov->lock);
 	if (!known) {
 		g_set_error(error, BFS_ERROR, EPERM,
-			    "'%s' is not a file written in writable mode", key);
+			    "'%s' is not a file the index lacks", key);
 		return FALSE;
 	}
 	if (!s3_delete(ov->s3, key, NULL, error)) {
@@ -364,8 +410,7 @@ gboolean overlay_rmdir(struct overlay *ov, const char *key, GError **error)
 	g_mutex_unlock(&ov->lock);
 	if (!known) {
 		g_set_error(error, BFS_ERROR, EPERM,
-			    "'%s' is not a directory made in writable mode",
-			    key);
+			    "'%s' is not a directory the index lacks", key);
 		return FALSE;
 	}
 	if (!dir_empty(ov, marker, &empty, error)) {
@@ -731,8 +776,7 @@ void overlay_release(struct ov_file *f)
 	if (!f->failed && !closed && !overlay_flush(f, NULL, &err)) {
 		g_autofree char *k = log_escape(n->key, -1);
 
-		log_error(LOG_LEVEL_ERR, err,
-			  "writable mode: '%s' is not on S3", k);
+		log_error(LOG_LEVEL_ERR, err, "'%s' is not on S3", k);
 	}
 	g_mutex_lock(&ov->lock);
 	n->opens--;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * overlay.h - the names the index doesn't have, in writable mode
- * (-o writable): small files written through with PutObject, directories
- * made with a zero-byte "name/" marker, and names other hosts created,
- * found by asking S3 (HeadObject, then a one-key ListObjectsV2 for a
+ * overlay.h - the names the index doesn't have, on every mount; unless
+ * -o ro they can be written: small files written through with PutObject,
+ * directories made with a zero-byte "name/" marker, and names other hosts
+ * created, found by asking S3 (HeadObject, then a one-key ListObjectsV2 for a
  * directory).  This is what tools such as MLPerf Storage's pre-flight
  * checks need on a dataset mount: create, stat and unlink a probe
  * dot-file, see another host's, and mkdir train/, valid/ and test/.
@@ -44,7 +44,7 @@
 struct overlay;
 struct ov_file;
 
-/* Writable mode's largest file, unless write_max= says otherwise. */
+/* The largest file rewritten in place, unless write_max= says otherwise. */
 #define OVERLAY_DEFAULT_WRITE_MAX ((guint64)64 << 20)
 
 struct ov_attr {
@@ -55,17 +55,22 @@ struct ov_attr {
 	gint64 mtime;
 };
 
-/* @s3 is borrowed and must outlive the overlay. */
-/* @part_size and @parts_max: upload.h's (0: defaults). */
+/*
+ * @s3 is borrowed and must outlive the overlay.  @part_size and
+ * @parts_max: upload.h's (0: defaults).  A key S3 says it lacks is
+ * believed missing for @negative_timeout seconds (0: asked every time).
+ */
 struct overlay *overlay_new(struct s3 *s3, guint64 write_max, guint64 part_size,
-			    guint parts_max);
+			    guint parts_max, double negative_timeout);
 void overlay_free(struct overlay *ov);
 
 /*
  * Finds @key: a name this overlay knows, else (when @probe) the object
  * KEY on S3 (HEAD), else a directory KEY/ on S3 (any key under it).
  * Returns TRUE and fills @out with one lookup counted; FALSE with @error
- * ENOENT when there is no such name, or the S3 error's cause chain.
+ * ENOENT when there is no such name, or the S3 error's cause chain.  A
+ * key found missing less than negative_timeout ago is not asked again;
+ * a name made here ends that at once.
  */
 gboolean overlay_lookup(struct overlay *ov, const char *key, gboolean probe,
 			struct ov_attr *out, GError **error);

@@ -55,7 +55,15 @@ struct overlay {
 	GHashTable *by_key;  /* key -> struct onode (borrowed) */
 	guint64 next_node;
 	GCond idle; /* a node's uploading went FALSE */
+	/* Keys S3 said it lacks: key (owned) -> when that stops being
+	 * believed, g_get_monotonic_time() microseconds.  At most
+	 * OV_MISSING_MAX; empty when negative_us is 0. */
+	GHashTable *missing;
+	gint64 negative_us;
 };
+
+/* The most keys the overlay remembers as missing at once. */
+#define OV_MISSING_MAX 65536
 
 struct ov_file {
 	struct overlay *ov;

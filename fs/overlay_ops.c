@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * Writable mode's names in the FUSE tree, and the write ops of every
+ * The names the index lacks in the FUSE tree, and the write ops of every
  * mount: a namespace beside the declared directories, below the dispatch
  * of ops.c.  Names of the index or declared by -o empty_dirs= win over
  * the overlay's (emptydirs.h is asked directly).  The contract is
@@ -23,7 +23,7 @@ void ov_fill_stat(const struct fs *fs, const struct ov_attr *a, struct stat *st)
 	st->st_ino = a->ino;
 	/* Owners and modes are not stored: every name shows the mount's
 	 * (uid=, file_mode=...), and the kernel lets in whom they allow. */
-	fill_mode(fs, st, a->is_dir, TRUE);
+	fill_mode(fs, st, a->is_dir, fs_writes(fs));
 	st->st_nlink = a->is_dir ? 2 : 1;
 	st->st_size = (off_t)a->size;
 	st->st_blksize = BLOCK;
@@ -94,7 +94,7 @@ static char *child_key(struct fs *fs, fuse_ino_t parent, const char *name,
 	return dir ? g_strconcat(dir, name, NULL) : NULL;
 }
 
-/* Writable mode: a name the index doesn't have, from the overlay or S3. */
+/* A name the index doesn't have, from the overlay or S3. */
 void lookup_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 		    const char *name)
 {
@@ -109,8 +109,11 @@ void lookup_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 	} else if (overlay_lookup(fs->ov, key, TRUE, &a, &error)) {
 		reply_ov_entry(req, fs, &a);
 	} else if (bfs_error_errno(error) == ENOENT) {
-		/* Not cached: another host may make the name any time. */
-		struct fuse_entry_param neg = { 0 };
+		/* Cached briefly: another host may make the name any time
+		 * (the overlay keeps the answer as long). */
+		struct fuse_entry_param neg = {
+			.entry_timeout = fs->opts.negative_timeout,
+		};
 
 		fuse_reply_entry(req, &neg);
 	} else {
@@ -119,7 +122,7 @@ void lookup_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 }
 
 /*
- * Writable mode: the overlay's names in directory @dir_key, after the
+ * The overlay's names in directory @dir_key, after the
  * indexed ones (those win a clash), at offsets OVERLAY_DIROFF + i + 1.
  * readdirplus hands no lookup for them (node id 0): the kernel looks
  * them up when used.
@@ -223,6 +226,10 @@ void open_overlay(fuse_req_t req, struct fs *fs, fuse_ino_t ino,
 
 	if (!key) {
 		fuse_reply_err(req, ENOENT);
+		return;
+	}
+	if ((wr || (fi->flags & O_TRUNC)) && !fs_writes(fs)) {
+		fuse_reply_err(req, EROFS); /* -o ro */
 		return;
 	}
 	if (!wr && !(fi->flags & O_TRUNC) &&
@@ -383,7 +390,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 	struct ov_attr a;
 	struct stat st;
 
-	if (!fs->ov || !is_overlay(ino)) {
+	if (!fs_writes(fs) || !is_overlay(ino)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
@@ -408,7 +415,7 @@ void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 
 /*
  * The key of a new name @name in @parent, or NULL after replying why not:
- * EROFS on a read-only mount, EEXIST for an indexed name.
+ * EROFS on a -o ro mount, EEXIST for an indexed name.
  */
 static char *new_name_key(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 			  const char *name)
@@ -416,7 +423,7 @@ static char *new_name_key(fuse_req_t req, struct fs *fs, fuse_ino_t parent,
 	char *key;
 	int err;
 
-	if (!fs->ov) {
+	if (!fs_writes(fs)) {
 		fuse_reply_err(req, EROFS);
 		return NULL;
 	}
@@ -488,7 +495,7 @@ static void remove_name(fuse_req_t req, fuse_ino_t parent, const char *name,
 	gboolean ok;
 	int err;
 
-	if (!fs->ov || indexed(fs, parent, name)) {
+	if (!fs_writes(fs) || indexed(fs, parent, name)) {
 		fuse_reply_err(req, EROFS);
 		return;
 	}
@@ -519,14 +526,14 @@ void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 	      dev_t rdev)
 {
 	(void)parent, (void)name, (void)mode, (void)rdev;
-	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
+	fuse_reply_err(req, fs_writes(data(req)) ? EPERM : EROFS);
 }
 
 void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	       fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
 	(void)parent, (void)name, (void)newparent, (void)newname, (void)flags;
-	fuse_reply_err(req, data(req)->ov ? EXDEV : EROFS);
+	fuse_reply_err(req, fs_writes(data(req)) ? EXDEV : EROFS);
 }
 
 /* Hard links never: EXDEV, what benchmark tools expect of object stores. */
@@ -541,7 +548,7 @@ void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent,
 		const char *name)
 {
 	(void)link, (void)parent, (void)name;
-	fuse_reply_err(req, data(req)->ov ? EPERM : EROFS);
+	fuse_reply_err(req, fs_writes(data(req)) ? EPERM : EROFS);
 }
 
 void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)

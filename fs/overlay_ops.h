@@ -1,17 +1,17 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * overlay_ops.h - writable mode's FUSE operations (-o writable), on top of
+ * overlay_ops.h - the FUSE operations of names the index lacks, on top of
  * the overlay (overlay.h), and the answers every mount gives to writes.
  *
- * A read-only mount (the default) answers EROFS to every write.  In
- * writable mode names the index doesn't have can be made, written and
+ * Names the index doesn't have are looked up on S3 and, unless -o ro
+ * (which answers EROFS to every write), can be made, written and
  * removed; indexed objects stay read-only; rename and link answer EXDEV,
  * so mv copies and a hard link is refused as if across filesystems.
  *
  * The op_*() functions are entries of fs_ops (ops.c).  The others are the
  * overlay branches of the read path's operations, called by the dispatch
- * of ops.c only when fs->ov is set.  A namespace beside the declared
- * directories (emptydir_ops.h), on the helpers of attr.h and
+ * of ops.c for overlay nodes and names the index lacks.  A namespace beside the
+ * declared directories (emptydir_ops.h), on the helpers of attr.h and
  * fs_internal.h.  Errors are logged here once, with their cause
  * chain, and replied as errno (ENOENT, EEXIST and ENOTEMPTY unlogged).
  * FUSE worker threads; the calls that reach S3 block.

@@ -445,7 +445,7 @@ static gboolean write_buffered(struct ov_file *f, guint64 off, const char *buf,
 		g_set_error(
 			error, BFS_ERROR, EFBIG,
 			"write past write_max (%" G_GUINT64_FORMAT
-			" bytes): files are buffered whole in writable mode",
+			" bytes): a file rewritten in place is buffered whole",
 			f->ov->write_max);
 		ov_mark_broken(f->ov, n, *error);
 		return FALSE;

@@ -31,7 +31,8 @@
  * Any failure (memfd_create(), its write, BACKING_OPEN) leaves the open
  * to the page-cache store (open_path.h), counted by reason; EPERM from
  * BACKING_OPEN turns passthrough off for the mount, with one log line.
- * Only files of the index use it: overlay files (writable mode) never do.
+ * Only files of the index use it: overlay files (names the index lacks) never
+ * do.
  */
 #ifndef BUCKETFS_FS_PASSTHROUGH_H
 #define BUCKETFS_FS_PASSTHROUGH_H

@@ -465,8 +465,8 @@ static gboolean opt_ro(struct config *cfg, const char *name, const char *value,
 	return TRUE;
 }
 
-/* mount(8) hands "rw" to every helper unless told "ro": refusing it
- * would break mount -t fuse.bucketfs and fstab.  Writes still get EROFS. */
+/* mount(8) hands "rw" to every helper unless told "ro": the default,
+ * where names the index lacks may be written (fs.h). */
 static gboolean opt_rw(struct config *cfg, const char *name, const char *value,
 		       GError **error)
 {
@@ -807,6 +807,7 @@ gboolean config_parse_url(struct config *cfg, const char *url, GError **error)
  */
 static const char *const mount_keys[] = {
 	"entry_timeout",
+	"negative_timeout",
 	"free_space",
 	"list_workers",
 	"index_max_age",
@@ -1701,7 +1702,6 @@ void config_init(struct config *cfg)
 	cfg->max_attempts = 10;
 	cfg->retry_deadline = CONFIG_DEFAULT_RETRY_DEADLINE;
 	cfg->max_connections = 0;
-	cfg->read_only = TRUE;
 	cfg->given =
 		g_hash_table_new_full(g_str_hash, g_str_equal, g_free, NULL);
 	cfg->files_read = g_ptr_array_new_with_free_func(g_free);
@@ -1855,8 +1855,11 @@ char *config_describe(const struct config *cfg)
 				       "event_threads:", cfg->event_threads);
 	if (cfg->receive_curl)
 		g_string_append_printf(s, "%-17s curl\n", "http_receive:");
-	g_string_append_printf(s, "%-17s %s\n", "mode:",
-			       cfg->read_only ? "read-only" : "read-write");
+	g_string_append_printf(s, "%-17s %s\n", "writes:",
+			       cfg->read_only
+				       ? "none (-o ro)"
+				       : "new names only; the index's objects "
+					 "read-only");
 	describe_files(s, cfg);
 	return g_string_free(s, FALSE);
 }
@@ -1904,9 +1907,10 @@ static const char config_help[] =
 "                          bodies received straight into their buffer;\n"
 "                          curl: every request through libcurl (HTTPS\n"
 "                          and proxies always are)\n"
-"    ro                    read-only (the default; rw, which mount(8)\n"
-"                          passes, is accepted and ignored: writes\n"
-"                          get EROFS)\n"
+"    ro                    no writes at all: every write gets EROFS\n"
+"                          (by default names the index lacks may be\n"
+"                          made, written and removed; rw, which\n"
+"                          mount(8) passes, is that default)\n"
 "    config=PATH           the config file with defaults for these\n"
 "                          options, or none (default: $BUCKETFS_CONFIG,\n"
 "                          else /etc/bucketfs/bucketfs.conf and\n"

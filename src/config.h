@@ -131,9 +131,9 @@ struct config {
 	gboolean receive_curl;	/* http_receive=curl: no direct receive path */
 	guint event_threads;	/* HTTP event threads, 1..64; 0 = a quarter of
 				 * the cores, 1..16 (http.h) */
-	gboolean read_only;	/* always TRUE for now */
+	gboolean read_only;	/* -o ro: no writes at all (fs.h) */
 	gboolean rw_ignored;	/* "rw" was given (mount(8) passes it to
-				 * every helper): still read-only; say so */
+				 * every helper): the default */
 	/* Informational, for config_describe() and error messages. */
 	gboolean endpoints_from_options;
 	/*

@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 """-o empty_dirs=PATH[:PATH...]: directories S3 cannot hold, on real mounts
 of the test server.  A bucket holding train/ only, mounted with
-empty_dirs=valid:test, lists valid/ and test/ as empty, read-only
+empty_dirs=valid:test, lists valid/ and test/ as empty (read-only with -o ro)
 directories (DLIO lists DATA/valid and dies without it), whatever index the
 mount serves: one listed before the option was set, one bucketfs-index
 built; a declared directory merges with one that exists; an object of the
-same name wins, with a notice; writable mode makes names inside; a SIGHUP
+same name wins, with a notice; names can be made inside; a SIGHUP
 onto an index that has files there shows them through the names the
 kernel already holds; the config file key; bad paths refused."""
 
@@ -63,7 +63,7 @@ class EmptyDirsTest(harness.MountCase):
 
     def test_declared_dirs_beside_train(self):
         m = self.mount("basic", "empty_dirs=valid:test",
-                       "empty_dirs=deep/a/b:train")
+                       "empty_dirs=deep/a/b:train", "ro")
         self.assertEqual(sorted(os.listdir(m.dir)),
                          ["deep", "obj", "test", "train", "valid"])
         # train exists: merged, its files as they are.
@@ -81,7 +81,7 @@ class EmptyDirsTest(harness.MountCase):
                          os.stat(m.path("deep")).st_ino)
         self.assertEqual(os.stat(m.path("valid", "..")).st_ino,
                          os.stat(m.dir).st_ino)
-        # Read-only like the rest of the mount.
+        # Read-only like the rest of the mount (-o ro).
         self.assertEqual(v.st_mode & 0o777, 0o555)
         self.assert_errno(errno.EROFS, os.mkdir, m.path("valid", "x"))
         self.assert_errno(errno.EROFS, open, m.path("valid", "f"), "w")

@@ -141,7 +141,8 @@ class MountTest(harness.MountCase):
         self.unmount(m)
 
     def test_read_only(self):
-        m = self.mount("s3://tree", self.index("tree-ro"))
+        # -o ro: every write refused, new names too.
+        m = self.mount("s3://tree", self.index("tree-ro"), "ro")
         for op in (lambda: open(m.path("new"), "w"),
                    lambda: open(m.path("top.txt"), "r+b"),
                    lambda: os.mkdir(m.path("train")),
@@ -150,6 +151,21 @@ class MountTest(harness.MountCase):
             with self.assertRaises(OSError) as cm:
                 op()
             self.assertEqual(cm.exception.errno, errno.EROFS)
+        self.unmount(m)
+        # By default the index's objects stay read-only all the same.
+        m = self.mount("s3://tree", self.index("tree-ro"))
+        for op, code in ((lambda: open(m.path("top.txt"), "r+b"), errno.EROFS),
+                         (lambda: open(m.path("top.txt"), "w"), errno.EROFS),
+                         (lambda: os.unlink(m.path("top.txt")), errno.EROFS),
+                         (lambda: os.truncate(m.path("top.txt"), 0),
+                          errno.EROFS),
+                         (lambda: os.rename(m.path("top.txt"), m.path("t2")),
+                          errno.EXDEV)):
+            with self.assertRaises(OSError) as cm:
+                op()
+            self.assertEqual(cm.exception.errno, code)
+        with open(m.path("top.txt"), "rb") as f:
+            self.assertEqual(f.read(), b"top\n")
         self.unmount(m)
 
     def test_stable_inodes_across_remounts(self):

@@ -8,7 +8,7 @@ The kernel enforces the modes (default_permissions).
   (a mount made by a daemon whose real uid is 4321 shows 4321).
 - uid=/gid= (numbers or names) show as the owner; the modes decide what
   the other user may read.
-- In writable mode the defaults (dirs 0755, files 0644) let the other
+- Without -o ro the defaults (dirs 0755, files 0644) let the other
   user read but not create, write or remove; dir_mode=0777 and
   file_mode=0666 let them in, and what they write reaches S3.
 - Write bits show only where writes can work.
@@ -149,7 +149,7 @@ class OwnershipTest(harness.MountCase):
 
     def test_read_only_modes(self):
         f = "train/img_0_of_2.jpeg"
-        m = self.mount("ro-default")
+        m = self.mount("ro-default", "ro")
         self.assertEqual(self.modes(m), {"": "0o555", "train": "0o555",
                                          f: "0o444"})
         self.assertEqual(as_nobody(("listdir", m.path("train")),
@@ -160,7 +160,7 @@ class OwnershipTest(harness.MountCase):
                           "EACCES", "EACCES"])
         self.unmount(m)
         # Others out: listing and reading refused by the kernel.
-        m = self.mount("ro-private", "file_mode=0640,dir_mode=0750")
+        m = self.mount("ro-private", "ro,file_mode=0640,dir_mode=0750")
         self.assertEqual(self.modes(m), {"": "0o550", "train": "0o550",
                                          f: "0o440"})
         self.assertEqual(as_nobody(("listdir", m.path()),

@@ -4,7 +4,7 @@ a data directory, on real mounts of the test server, two at a time standing
 for two hosts: statvfs, a probe dot-file created, stat'ed (same st_ino on
 both hosts) and unlinked, mkdir of train/valid/test, link giving EXDEV; and
 the limits: indexed objects stay read-only, write_max, an upload failing at
-close(), a read-only mount refusing all of it."""
+close(), a -o ro mount refusing all of it."""
 
 import errno
 import os
@@ -297,7 +297,7 @@ class WritableTest(harness.MountCase):
         self.assertIn("403", out)
 
     def test_read_only_mount_refuses(self):
-        m = self.mount("readonly")
+        m = self.mount("readonly", "ro")
         for fn in (lambda: open(m.path(".probe"), "wb"),
                    lambda: os.mkdir(m.path("valid"))):
             with self.assertRaises(OSError) as cm:

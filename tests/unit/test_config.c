@@ -135,7 +135,7 @@ static void test_defaults(struct fixture *f, gconstpointer data)
 	g_assert_cmpfloat(cfg->request_timeout, ==, 0);
 	g_assert_cmpuint(cfg->max_attempts, ==, 10);
 	g_assert_cmpuint(cfg->max_connections, ==, 0);
-	g_assert_true(cfg->read_only);
+	g_assert_false(cfg->read_only); /* new names writable (fs.h) */
 	g_assert_false(cfg->anonymous);
 
 	url_ok(f, "s3://my-bucket/train");
@@ -261,7 +261,8 @@ static void test_options(struct fixture *f, gconstpointer data)
 	g_assert_cmpfloat(cfg->stall_timeout, ==, 7);
 	opts_ok(f, "");
 
-	/* mount(8) passes "rw": accepted, noted, still read-only. */
+	/* mount(8) passes "rw": accepted and noted; it does not undo an
+	 * earlier "ro". */
 	g_assert_false(cfg->rw_ignored);
 	opts_ok(f, "rw");
 	g_assert_true(cfg->rw_ignored);
@@ -843,7 +844,8 @@ static void test_describe(struct fixture *f, gconstpointer data)
 			"max_attempts:     3\n"
 			"retry_deadline:   60 s\n"
 			"max_connections:  64 (default)\n"
-			"mode:             read-only\n");
+			"writes:           new names only; the index's "
+			"objects read-only\n");
 	g_assert_null(strstr(text, "s3cr3t"));
 	g_assert_null(strstr(text, "t0k3n"));
 }
