@@ -1,4 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * overlay.c - the names the index lacks (overlay.h): the tables of nodes
+ * and the keys known missing, lookups on S3, create, mkdir, unlink and
+ * rmdir, opens, and the uploads at close or fsync (a file buffered whole
+ * goes up with one PUT; a streamed one is completed by
+ * overlay_stream.c).  Writes and size changes are overlay_write.c's.
+ */
 #include <errno.h>
 #include <string.h>
 
@@ -547,52 +554,9 @@ gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf)
 }
 
 /* Remembers the first failed write of @n, so that close() fails too. */
-void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error)
-{
-	g_mutex_lock(&ov->lock);
-	if (!n->broken)
-		n->broken = g_error_copy(error);
-	g_mutex_unlock(&ov->lock);
-}
-
 void overlay_wake(struct overlay *ov)
 {
 	uploader_wake(ov->up);
-}
-
-gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,
-			  GError **error)
-{
-	struct onode *n;
-	struct ov_file *f;
-	gboolean ok;
-
-	if (size > ov->write_max) {
-		g_set_error(error, BFS_ERROR, EFBIG,
-			    "size past write_max (%" G_GUINT64_FORMAT " bytes)",
-			    ov->write_max);
-		return FALSE;
-	}
-	/* Through a handle of our own, so the bytes are there and the
-	 * result is uploaded like any write. */
-	f = overlay_open(ov, node, TRUE, size == 0, error);
-	if (!f)
-		return FALSE;
-	n = f->n;
-	g_mutex_lock(&ov->lock);
-	if (n->data->len != size) {
-		guint64 old = n->data->len;
-
-		ov_buf_set_size(n->data, size);
-		if (size > old)
-			memset(n->data->data + old, 0, size - old);
-		n->size = size;
-		n->version++;
-	}
-	g_mutex_unlock(&ov->lock);
-	ok = overlay_flush(f, NULL, error);
-	overlay_release(f);
-	return ok;
 }
 
 static gboolean flush_put(struct ov_file *f, GError **error);

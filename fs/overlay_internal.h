@@ -112,7 +112,14 @@ static inline void ov_set_closed(struct ov_file *f, gboolean closed)
 
 /* Remembers the first failed write of @n, so that close() fails too.
  * Takes ov->lock. */
-void ov_mark_broken(struct overlay *ov, struct onode *n, const GError *error);
+static inline void ov_mark_broken(struct overlay *ov, struct onode *n,
+				  const GError *error)
+{
+	g_mutex_lock(&ov->lock);
+	if (!n->broken)
+		n->broken = g_error_copy(error);
+	g_mutex_unlock(&ov->lock);
+}
 
 /* Copies @size bytes at file offset @off into @n's buffer, which starts
  * at n->base; a hole is zeros.  Under ov->lock. */
