@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * bucketfs - mount an S3 bucket (or a prefix) as a read-only POSIX tree.
+ * bucketfs - mount an S3 bucket (or a prefix) as a POSIX tree.
  *
  *   bucketfs [-f] [-d] [-o OPT[,OPT...]]... s3://BUCKET[/PREFIX] MOUNTPOINT
  *
@@ -35,6 +35,7 @@
 #include "index_life.h"
 #include "log.h"
 #include "mount.h"
+#include "mount_opts.h"
 #include "ops.h"
 #include "s3.h"
 #include "upload.h"
@@ -43,14 +44,9 @@
 #define DEFAULT_ENTRY_TIMEOUT 3600.0
 /* -o negative_timeout=: a missing name is asked for again after this. */
 #define DEFAULT_NEGATIVE_TIMEOUT 1.0
-#define NEGATIVE_TIMEOUT_MAX	 3600.0
 #define MAX_CONNECTIONS_DEFAULT	 1024
 #define KERNEL_RA_DEFAULT	 (2u << 20)
-/* -o sched_slice=: the default, the least the kernel grants, and the
- * most it grants. */
-#define SCHED_SLICE_DEFAULT_US 100
-#define SCHED_SLICE_MIN_US     100
-#define SCHED_SLICE_MAX_US     100000
+#define SCHED_SLICE_DEFAULT_US	 100 /* -o sched_slice= */
 
 /* clang-format off */
 static const char usage[] =
@@ -182,348 +178,10 @@ static void print_help(void)
 
 /* -- options ------------------------------------------------------------ */
 
-/* The index of @v among the @n @choices of option @name, or -1 with
- * @error set. */
-static int parse_choice(const char *name, const char *v,
-			const char *const *choices, guint n, GError **error)
-{
-	g_autoptr(GString) list = g_string_new(NULL);
-	g_autofree char *e = NULL;
-	guint i;
-
-	for (i = 0; i < n; i++)
-		if (!strcmp(v, choices[i]))
-			return (int)i;
-	for (i = 0; i < n; i++)
-		g_string_append_printf(list, "%s'%s'",
-				       !i	    ? ""
-				       : i + 1 == n ? " or "
-						    : ", ",
-				       choices[i]);
-	e = log_escape(v, -1);
-	g_set_error(error, BFS_ERROR, EINVAL, "option '%s': '%s' is not %s",
-		    name, e, list->str);
-	return -1;
-}
-
-static gboolean parse_number(const char *name, const char *v, double max,
-			     double *out, GError **error)
-{
-	char *end;
-	double d = g_ascii_strtod(v, &end);
-
-	if (!*v || *end || !(d >= 0 && d <= max)) { /* NaN too */
-		g_set_error(error, BFS_ERROR, EINVAL,
-			    "option '%s': '%s' is not a number between 0 and "
-			    "%.0f",
-			    name, v, max);
-		return FALSE;
-	}
-	*out = d;
-	return TRUE;
-}
-
-/* uid= and gid=: a number, or a name this host knows. */
-static gboolean parse_owner(const char *name, const char *v, guint32 *out,
-			    GError **error)
-{
-	guint64 n;
-	char buf[4096];
-	struct passwd pw, *pwp = NULL;
-	struct group gr, *grp = NULL;
-	gboolean is_uid = !strcmp(name, "uid");
-	g_autofree char *e = NULL;
-
-	if (*v && strspn(v, "0123456789") == strlen(v)) {
-		if (g_ascii_string_to_unsigned(v, 10, 0, G_MAXUINT32 - 1, &n,
-					       NULL)) {
-			*out = (guint32)n;
-			return TRUE;
-		}
-	} else if (*v && is_uid) {
-		if (getpwnam_r(v, &pw, buf, sizeof(buf), &pwp) == 0 && pwp) {
-			*out = pwp->pw_uid;
-			return TRUE;
-		}
-	} else if (*v) {
-		if (getgrnam_r(v, &gr, buf, sizeof(buf), &grp) == 0 && grp) {
-			*out = grp->gr_gid;
-			return TRUE;
-		}
-	}
-	e = log_escape(v, -1);
-	g_set_error(error, BFS_ERROR, EINVAL,
-		    "option '%s': '%s' is not a %s id (0 to 4294967294) nor "
-		    "the name of a %s on this host",
-		    name, e, is_uid ? "user" : "group",
-		    is_uid ? "user" : "group");
-	return FALSE;
-}
-
-/* file_mode= and dir_mode=: permission bits, in octal. */
-static gboolean parse_mode(const char *name, const char *v, guint32 *out,
-			   GError **error)
-{
-	guint64 n;
-	g_autofree char *e = NULL;
-
-	if (*v && strlen(v) <= 6 && strspn(v, "01234567") == strlen(v) &&
-	    g_ascii_string_to_unsigned(v, 8, 0, 0777, &n, NULL)) {
-		*out = (guint32)n;
-		return TRUE;
-	}
-	e = log_escape(v, -1);
-	g_set_error(error, BFS_ERROR, EINVAL,
-		    "option '%s': '%s' is not an octal mode from 0 to 0777",
-		    name, e);
-	return FALSE;
-}
-
-/*
- * -o readahead=: "all", "none", or the sources on joined by '+' ("hints",
- * "streams", "lookups"); *@off gets the sources turned off.
- */
-static gboolean parse_sources(const char *name, const char *v, guint *off,
-			      GError **error)
-{
-	static const struct {
-		const char *name;
-		guint source;
-	} srcs[] = { { "hints", RA_HINTS },
-		     { "streams", RA_STREAMS },
-		     { "lookups", RA_LOOKUPS } };
-	g_auto(GStrv) parts = NULL;
-	guint on = 0, i, j;
-
-	if (!strcmp(v, "all") || !strcmp(v, "none")) {
-		*off = strcmp(v, "all") ? RA_SOURCES : 0;
-		return TRUE;
-	}
-	parts = g_strsplit(v, "+", -1);
-	for (i = 0; parts[i]; i++) {
-		for (j = 0; j < G_N_ELEMENTS(srcs); j++)
-			if (!strcmp(parts[i], srcs[j].name))
-				break;
-		if (j == G_N_ELEMENTS(srcs))
-			break;
-		on |= srcs[j].source;
-	}
-	/* "" splits into no part at all, so names no source either. */
-	if (parts[i] || !on) {
-		g_set_error(error, BFS_ERROR, EINVAL,
-			    "option '%s': '%s' is not all, none, or sources "
-			    "joined by '+' (hints, streams, lookups)",
-			    name, v);
-		return FALSE;
-	}
-	*off = RA_SOURCES & ~on;
-	return TRUE;
-}
-
-/* Our own mount options out of what config passed through; the rest is
- * FUSE's to judge. */
-static gboolean take_mount_option(struct mount *m, const char *opt,
-				  GError **error)
-{
-	const char *eq = strchr(opt, '=');
-	g_autofree char *name = eq ? g_strndup(opt, eq - opt) : g_strdup(opt);
-	const char *v = eq ? eq + 1 : "";
-	double d;
-
-	if (!strcmp(name, "entry_timeout"))
-		return parse_number(name, v, 1e9, &m->fs.entry_timeout, error);
-	if (!strcmp(name, "negative_timeout"))
-		return parse_number(name, v, NEGATIVE_TIMEOUT_MAX,
-				    &m->fs.negative_timeout, error);
-	if (!strcmp(name, "free_space")) {
-		if (!parse_number(name, v, 1e19, &d, error))
-			return FALSE;
-		m->fs.free_space = (guint64)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "whole_max") || !strcmp(name, "window_max") ||
-	    !strcmp(name, "memory_max")) {
-		if (!parse_number(name, v, 1e15, &d, error))
-			return FALSE;
-		if (!strcmp(name, "whole_max"))
-			m->fs.readahead.whole_max = (guint64)d;
-		else if (!strcmp(name, "window_max"))
-			m->fs.readahead.window_max = (guint64)d;
-		else
-			m->fs.readahead.memory_max = (guint64)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "kernel_readahead")) {
-		/* read_ahead_kb is an unsigned long of KiB; INIT's field is
-		 * 32 bits of bytes. */
-		if (!parse_number(name, v, 1u << 30, &d, error))
-			return FALSE;
-		m->fs.readahead.kernel_ra = (guint64)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "prefetch_depth")) {
-		if (!parse_number(name, v, 65536, &d, error))
-			return FALSE;
-		m->fs.readahead.prefetch_depth = (guint)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "sched_slice")) {
-		if (!parse_number(name, v, SCHED_SLICE_MAX_US, &d, error) ||
-		    (d != 0 && d < SCHED_SLICE_MIN_US) || d != (guint)d) {
-			g_clear_error(error);
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'sched_slice': '%s' is not a whole "
-				    "number of microseconds between %d and %d, "
-				    "or 0",
-				    v, SCHED_SLICE_MIN_US, SCHED_SLICE_MAX_US);
-			return FALSE;
-		}
-		m->sched_slice_us = (guint)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "index_max_age"))
-		return parse_number(name, v, 1e9, &m->index_max_age, error);
-	if (!strcmp(name, "uid"))
-		return parse_owner(name, v, &m->fs.uid, error);
-	if (!strcmp(name, "gid"))
-		return parse_owner(name, v, &m->fs.gid, error);
-	if (!strcmp(name, "file_mode"))
-		return parse_mode(name, v, &m->fs.file_mode, error);
-	if (!strcmp(name, "dir_mode"))
-		return parse_mode(name, v, &m->fs.dir_mode, error);
-	if (!strcmp(name, "writable") && !eq) {
-		m->fs.writable = TRUE;
-		return TRUE;
-	}
-	if (!strcmp(name, "write_max")) {
-		if (!parse_number(name, v, 5e9, &d, error) || d < 1) {
-			g_clear_error(error);
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'write_max': '%s' is not a size "
-				    "between 1 byte and 5 GB",
-				    v);
-			return FALSE;
-		}
-		m->fs.write_max = (guint64)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "part_size")) {
-		if (!parse_number(name, v, 1e12, &d, error) ||
-		    d < UPLOAD_PART_MIN || d > UPLOAD_PART_MAX) {
-			g_clear_error(error);
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'part_size': '%s' is not a size "
-				    "between 8 MiB (8388608) and 64 MiB "
-				    "(67108864)",
-				    v);
-			return FALSE;
-		}
-		m->fs.part_size = (guint64)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "write_parts")) {
-		if (!parse_number(name, v, 64, &d, error) || d < 1 ||
-		    d != (guint)d) {
-			g_clear_error(error);
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'write_parts': '%s' is not a whole "
-				    "number between 1 and 64",
-				    v);
-			return FALSE;
-		}
-		m->fs.write_parts = (guint)d;
-		return TRUE;
-	}
-	if (!strcmp(name, "readahead"))
-		return parse_sources(name, v, &m->fs.readahead.sources_off,
-				     error);
-	if (!strcmp(name, "direct_io")) {
-		static const char *const modes[] = { "auto", "none", "small",
-						     "all" };
-		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
-				     error);
-
-		if (i < 0)
-			return FALSE;
-		m->fs.direct_io = (enum fs_direct_io)i;
-		return TRUE;
-	}
-	if (!strcmp(name, "passthrough")) {
-		static const char *const modes[] = { "auto", "always", "off" };
-		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
-				     error);
-
-		if (i < 0)
-			return FALSE;
-		m->fs.passthrough_on = i < 2;
-		m->fs.passthrough_always = i == 1;
-		m->fs.passthrough_asked = TRUE;
-		return TRUE;
-	}
-	if (!strcmp(name, "readdirplus")) {
-		/* In the order of enum fs_readdirplus. */
-		static const char *const modes[] = { "auto", "always",
-						     "lookups" };
-		int i = parse_choice(name, v, modes, G_N_ELEMENTS(modes),
-				     error);
-
-		if (i < 0)
-			return FALSE;
-		m->fs.readdirplus = i;
-		return TRUE;
-	}
-	if (!strcmp(name, "index_url")) {
-		g_clear_pointer(&m->pub_bucket, g_free);
-		g_clear_pointer(&m->pub_key, g_free);
-		g_free(m->index_url);
-		m->index_url = g_strdup(v);
-		if (s3_parse_object_url(v, &m->pub_bucket, &m->pub_key, error))
-			return TRUE;
-		g_prefix_error(error, "option 'index_url': ");
-		return FALSE;
-	}
-	if (!strcmp(name, "index_url_fallback")) {
-		if (strcmp(v, "list") != 0 && strcmp(v, "fail") != 0) {
-			g_autofree char *e = log_escape(v, -1);
-
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'index_url_fallback': '%s' is "
-				    "not 'list' or 'fail'",
-				    e);
-			return FALSE;
-		}
-		m->fallback_fail = !strcmp(v, "fail");
-		return TRUE;
-	}
-	if (!strcmp(name, "list_workers")) {
-		if (!parse_number(name, v, 32, &d, error) || d < 1) {
-			g_clear_error(error);
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "option 'list_workers': '%s' is not an "
-				    "integer between 1 and 32",
-				    v);
-			return FALSE;
-		}
-		m->list_workers = (guint)d;
-		return TRUE;
-	}
-	/* mount(8) and fstab bookkeeping that means nothing to us. */
-	if (!strcmp(name, "defaults") || !strcmp(name, "nofail") ||
-	    !strcmp(name, "_netdev") || g_str_has_prefix(name, "x-") ||
-	    !strcmp(name, "auto") || !strcmp(name, "noauto") ||
-	    !strcmp(name, "user") || !strcmp(name, "users") ||
-	    !strcmp(name, "nouser"))
-		return TRUE;
-	if (!strcmp(name, "default_permissions"))
-		return TRUE; /* always set */
-	g_ptr_array_add(m->fuse_opts, g_strdup(opt));
-	return TRUE;
-}
-
 /* The config file's mount options, through the same parser as -o. */
 static gboolean file_mount_option(void *user, const char *opt, GError **error)
 {
-	return take_mount_option(user, opt, error);
+	return mount_option_take(user, opt, error);
 }
 
 static gboolean parse_args(struct mount *m, int argc, char **argv,
@@ -579,7 +237,7 @@ static gboolean parse_args(struct mount *m, int argc, char **argv,
 		return FALSE;
 	}
 	for (j = 0; j < pass->len; j++)
-		if (!take_mount_option(m, g_ptr_array_index(pass, j), error))
+		if (!mount_option_take(m, g_ptr_array_index(pass, j), error))
 			return FALSE;
 	if (!config_parse_url(&m->cfg, url, error) ||
 	    !config_finish(&m->cfg, error))
