@@ -395,9 +395,12 @@ gboolean mount_option_take(struct mount *m, const char *opt, GError **error)
 	for (i = 0; i < G_N_ELEMENTS(opts); i++) {
 		if (strcmp(name, opts[i].name) != 0)
 			continue;
-		/* A flag with a value is FUSE's to refuse. */
-		if (opts[i].kind == OPT_FLAG && eq)
-			break;
+		if (opts[i].kind == OPT_FLAG && eq) {
+			g_set_error(error, BFS_ERROR, EINVAL,
+				    "option '%s' takes no value (given '%s')",
+				    name, eq + 1);
+			return FALSE;
+		}
 		return opt_apply(&opts[i], m, eq ? eq + 1 : "", error);
 	}
 	for (i = 0; i < G_N_ELEMENTS(ignored); i++)
