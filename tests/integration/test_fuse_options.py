@@ -204,7 +204,7 @@ class FuseOptionsTest(unittest.TestCase):
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertEqual(r.stdout, b"d\n")
         # default_permissions: the kernel checks the modes (0444 files,
-        # 0555 directories) itself, so nobody gets EACCES without asking
+        # 0755 directories) itself, so nobody gets EACCES without asking
         # bucketfs, while root, whom modes do not stop, reaches bucketfs
         # and gets its EROFS.
         probe = ("import os, sys\n"

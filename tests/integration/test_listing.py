@@ -110,7 +110,7 @@ class ListingTest(harness.MountCase):
         for row in rows[1:]:
             perm, _, _, _, sz, mt, nm = row.split(None, 6)
             got[nm] = (perm, int(sz), int(mt))
-        self.assertEqual(got.pop("sub")[0], "dr-xr-xr-x")
+        self.assertEqual(got.pop("sub")[0], "drwxr-xr-x")  # new names
         self.assertEqual(set(got), set(want))
         for nm, (perm, sz, mt) in got.items():
             self.assertEqual((perm, sz, mt), ("-r--r--r--",) + want[nm], nm)
