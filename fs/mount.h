@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
  * mount.h - what one bucketfs mount was asked for: the options of its
- * command line and config file, parsed by mount_opts.c (mount_option_take()) and
- * read by the index's life (index_life.h).  Plain data, filled on the main
+ * command line and config file, parsed by mount_opts.c (mount_option_take())
+ * and read by the index's life (index_life.h).  Plain data, filled on the main
  * thread before anything starts; read-only afterwards, except fetch_lock.
  */
 #ifndef BUCKETFS_FS_MOUNT_H

@@ -85,7 +85,10 @@ static void check_config(const struct config *cfg)
 	g_autofree char *text = config_describe(cfg);
 
 	CHECK(text && g_str_has_suffix(text, "\n"));
-	CHECK(cfg->read_only);
+	/* The description says which writes the mount allows (-o ro). */
+	CHECK(strstr(text, cfg->read_only
+				   ? "writes:           none (-o ro)"
+				   : "writes:           new names only"));
 	CHECK(cfg->max_attempts >= 1 && cfg->max_attempts <= 100);
 	CHECK(cfg->max_connections <= 1000000);
 	CHECK(cfg->connect_timeout > 0 && cfg->connect_timeout <= 3600);
