@@ -1416,7 +1416,7 @@ static gint64 until(gint64 due, gint64 now);
  * loop's own instead of curl's: the request is written by hand, the head
  * parsed by h1.h, and a body framed by Content-Length is received by
  * recv() straight into the body's buffer, where curl would have taken
- * every byte through its own buffer first (PERFORMANCE.md, issue 25).
+ * every byte through its own buffer first (docs/PERFORMANCE.md).
  * Everything else stays curl's: HTTPS, proxies, other methods, and any
  * attempt whose connection cannot be opened (refused, unreachable, no
  * room in the budget): it falls back to curl at once, which reports the

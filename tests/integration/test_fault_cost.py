@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Faults whose handling issue 24 changed (docs/RELIABILITY.md, "Retry
+"""Faults whose cost the retry policy bounds (docs/RELIABILITY.md, "Retry
 policy"), each on a real mount against the test S3 server:
 
 - every clause of a cause chain belongs to its own request: with a refused
