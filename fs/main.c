@@ -52,7 +52,7 @@
 static const char usage[] =
 "usage: bucketfs [-f] [-d] [-o OPT[,OPT...]]... s3://BUCKET[/PREFIX] MOUNTPOINT\n"
 "\n"
-"Mounts an S3 bucket, or a prefix of one, as a read-only POSIX tree.  The\n"
+"Mounts an S3 bucket, or a prefix of one, as a POSIX tree.  The\n"
 "bucket is listed once into a persisted index (see bucketfs-index(1));\n"
 "later mounts open it in well under a second and answer every metadata\n"
 "operation from it without a request.  Reads are GETs with If-Match set\n"
