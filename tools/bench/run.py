@@ -1141,6 +1141,9 @@ def parse_args(argv):
             remote.parse_bucket(a.bucket)
         except ValueError as exc:
             ap.error(str(exc))
+        if True in a.scheme:
+            ap.error("--scheme tls/both is the local rig's (a real endpoint's scheme is "
+                     "its URL's; --ca-file gives its CA)")
         if a.upload and not a.files:
             a.files = 2000
         a.peers_skip = set()
