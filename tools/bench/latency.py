@@ -326,18 +326,21 @@ class LatencyMixin:
         (curl -Z --parallel-max), round-robin over the endpoints with @delay."""
         cfg = os.path.join(self.rig.tmp, "curl-ranges.cfg")
         n_parts = -(-size // part)
+        # --cacert is an option of each operation too: on the command line
+        # it would apply to the first range only.
+        ca = 'cacert = "%s"\n' % rig.TLS.ca if rig.TLS else ""
         with open(cfg, "w") as f:
             for i in range(n_parts):
                 lo, hi = i * part, min(size, (i + 1) * part) - 1
                 # One operation per range ("next"): a range, like the
                 # write-out format and -sS, is an option of its operation.
                 f.write('%surl = "%s"\noutput = "/dev/null"\nrange = "%d-%d"\nsilent\n'
-                        'show-error\nwrite-out = "%%{http_code} %%{size_download}\\n"\n'
+                        'show-error\nwrite-out = "%%{http_code} %%{size_download}\\n"\n%s'
                         % ("next\n" if i else "", self.rig.object_url(ds, key, i, delay),
-                           lo, hi))
+                           lo, hi, ca))
         t0 = time.monotonic()
         p = subprocess.run(["curl", "-Z", "--parallel-max", str(max(1, inflight)),
-                            "--parallel-immediate", *rig.curl_tls_args(), "-K", cfg],
+                            "--parallel-immediate", "-K", cfg],
                            capture_output=True, text=True, timeout=self.a.run_timeout)
         wall = time.monotonic() - t0
         got, bad = 0, []
