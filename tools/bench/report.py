@@ -103,15 +103,25 @@ def merge(results):
     """One report's results from several invocations' (run.py --render
     A.json,B.json): each measurement from the last invocation that ran it.
     Every ratio stays within one invocation."""
+    def ran(r):
+        """The measurements @r ran ("large" for "large-pinned-tls" too)."""
+        return {name.split("-")[0] for name, sec in r.get("sections", {}).items()
+                if not sec.get("status", "").startswith("not selected")}
+
+    def problems(i):
+        """Invocation @i's problems, but those of a measurement that a later
+        invocation ran again (the report gives the later one's numbers)."""
+        later = set().union(*[ran(r) for r in results[i + 1:]])
+        return [p for p in results[i].get("problems", []) if p[0] not in later]
     out = dict(results[0])
     out["sections"] = dict(results[0].get("sections", {}))
-    out["problems"] = list(results[0].get("problems", []))
+    out["problems"] = problems(0)
     out["datasets"] = dict(results[0].get("datasets", {}))
     out["delay_endpoints"] = dict(results[0].get("delay_endpoints") or {})
     out["tls_endpoints"] = dict(results[0].get("tls_endpoints") or {})
     out["parts"] = [{k: r.get(k) for k in ("command", "started", "elapsed_s", "raw_path",
                                            "machine")} for r in results]
-    for r in results[1:]:
+    for i, r in enumerate(results[1:], 1):
         for name, sec in r.get("sections", {}).items():
             if sec.get("status", "").startswith("not selected") and name in out["sections"]:
                 continue
@@ -124,7 +134,7 @@ def merge(results):
                     if k in sec or k in old:
                         sec[k] = sorted(set(old.get(k, [])) | set(sec.get(k, [])))
             out["sections"][name] = sec
-        out["problems"] += r.get("problems", [])
+        out["problems"] += problems(i)
         out["datasets"].update(r.get("datasets", {}))
         out["delay_endpoints"].update(r.get("delay_endpoints") or {})
         out["tls_endpoints"].update(r.get("tls_endpoints") or {})
