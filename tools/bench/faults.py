@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a fault costs (issue 24): the table of docs/RELIABILITY.md, "Fault
+"""What a fault costs: the table of docs/RELIABILITY.md, "Fault
 cost", measured again.
 
 The set-up: a mount with two endpoints, one that refuses every connection

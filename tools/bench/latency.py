@@ -165,8 +165,9 @@ class LatencyMixin:
         wall_s, to which the daemon's CPU, its counters and the machine's
         busy share are added."""
         self.build_index(ds)
-        with rig.Mount("bucketfs", self.rig, ds, tag=tag, extra_opts=self.a.opts,
-                       urls=self.rig.endpoints.delay_urls[delay]) as m:
+        tls = ["ca_file=%s" % rig.TLS.ca] if rig.TLS else []
+        with rig.Mount("bucketfs", self.rig, ds, tag=tag, extra_opts=self.a.opts + tls,
+                       urls=self.rig.endpoints.urls_for(delay)) as m:
             before = daemon_stats(m.mnt)
             sampler = InflightSampler(m.mnt) if sample_inflight else None
             probe = cpu.CpuProbe(m.proc.pid, others=self.server_pids())
@@ -190,8 +191,9 @@ class LatencyMixin:
     @staticmethod
     def pin_suffix():
         """The sections of a pinned pass (rig.pin()) are "latency-pinned"
-        and "large-pinned"."""
-        return "-pinned" if rig.PIN else ""
+        and "large-pinned"; those of a pass on the TLS ports
+        (rig.use_tls()) end in "-tls": "latency-tls", "latency-pinned-tls"."""
+        return ("-pinned" if rig.PIN else "") + ("-tls" if rig.TLS else "")
 
     def server_pids(self):
         """The endpoints' processes, whose CPU counts in a path's total."""
@@ -247,11 +249,12 @@ class LatencyMixin:
         expect = lambda _: rig.RETINA_SIZE  # noqa: E731
         name = "latency" + self.pin_suffix()
         sec = self.res["sections"][name] = {
-            "name": name, "pinned": bool(rig.PIN), "files": len(keys), "procs": a.procs,
+            "name": name, "pinned": bool(rig.PIN), "tls": bool(rig.TLS),
+            "files": len(keys), "procs": a.procs,
             "latencies": a.latency, "orders": a.order, "styles": a.style,
             "opts": a.opts, "cells": {}, "dlio_streams": len(dlio_shares(keys)),
             # readers.py's "dlio" style goes through Python's buffered file
-            # since session 14; before, it made 4/60/64 KiB reads by hand.
+            # (results without this key made 4/60/64 KiB reads by hand).
             "dlio_style": "buffered"}
         ref_orders = sorted({"dlio" if o == "dlio" else "random" for o in a.order})
 
@@ -303,7 +306,7 @@ class LatencyMixin:
         random.Random(seed).shuffle(order)
         return readers.curl_z([self.rig.object_url(ds, k, i, delay) for i, k in enumerate(order)],
                               procs, os.path.join(self.rig.tmp, "curl-z.cfg"),
-                              self.a.run_timeout, rig.RETINA_SIZE)
+                              self.a.run_timeout, rig.RETINA_SIZE, rig.curl_tls_args())
 
     # ---- the large file ---------------------------------------------------------
 
@@ -323,15 +326,18 @@ class LatencyMixin:
         (curl -Z --parallel-max), round-robin over the endpoints with @delay."""
         cfg = os.path.join(self.rig.tmp, "curl-ranges.cfg")
         n_parts = -(-size // part)
+        # --cacert is an option of each operation too: on the command line
+        # it would apply to the first range only.
+        ca = 'cacert = "%s"\n' % rig.TLS.ca if rig.TLS else ""
         with open(cfg, "w") as f:
             for i in range(n_parts):
                 lo, hi = i * part, min(size, (i + 1) * part) - 1
                 # One operation per range ("next"): a range, like the
                 # write-out format and -sS, is an option of its operation.
                 f.write('%surl = "%s"\noutput = "/dev/null"\nrange = "%d-%d"\nsilent\n'
-                        'show-error\nwrite-out = "%%{http_code} %%{size_download}\\n"\n'
+                        'show-error\nwrite-out = "%%{http_code} %%{size_download}\\n"\n%s'
                         % ("next\n" if i else "", self.rig.object_url(ds, key, i, delay),
-                           lo, hi))
+                           lo, hi, ca))
         t0 = time.monotonic()
         p = subprocess.run(["curl", "-Z", "--parallel-max", str(max(1, inflight)),
                             "--parallel-immediate", "-K", cfg],
@@ -363,14 +369,14 @@ class LatencyMixin:
     def large_warmup(self, ds, src, sec):
         """One untimed dd of the large file through a fresh mount, at the
         first delay, before the measured runs.  Pages this VM has handed
-        back to its host cost a host fault at their first write; when
-        rig.back_memory() backed only about a gigabyte, the first 2 GiB a
-        run stored into the page cache paid them (docs/PERFORMANCE.md,
-        "Issue 25, session 15": 541 MB/s and 1.77 s of daemon CPU per GB,
-        against 1,250-1,390 and 0.66-0.71 for the passes after it).  It now
-        backs all but a margin; the pages the warm-up frees at its unmount
-        are the ones the first measured pass gets, whatever the margin
-        holds.  Its numbers go to the raw results only."""
+        back to its host cost a host fault at their first write; with only
+        about a gigabyte backed, the first 2 GiB a run stored into the page
+        cache paid them (docs/PERFORMANCE.md: 541 MB/s and 1.77 s of daemon
+        CPU per GB, against 1,250-1,390 and 0.66-0.71 for the passes after
+        it).  rig.back_memory() backs all but a margin; the pages the
+        warm-up frees at its unmount are the ones the first measured pass
+        gets, whatever the margin holds.  Its numbers go to the raw results
+        only."""
         d = self.a.large_latency[0]
         log("large: warm-up, one untimed dd at %g ms" % d)
         try:
@@ -390,12 +396,14 @@ class LatencyMixin:
         part = a.part_mib << 20
         name = "large" + self.pin_suffix()
         sec = self.res["sections"][name] = {"name": name, "pinned": bool(rig.PIN),
-                                            "size": size, "cells": {},
-                                               "latencies": a.large_latency,
-                                               "part": part, "opts": a.opts}
+                                            "tls": bool(rig.TLS), "size": size, "cells": {},
+                                            "latencies": a.large_latency,
+                                            "part": part, "opts": a.opts}
         # Pinned, only the mount and its references: a peer's daemon would
-        # share CPU 0 with dd.
-        peers = [p for p in ("s3fs", "rclone") if p not in a.peers_skip and not rig.PIN]
+        # share CPU 0 with dd.  On TLS too: the peers are mounted on the
+        # plain port only.
+        peers = [p for p in ("s3fs", "rclone") if p not in a.peers_skip and not rig.PIN
+                 and not rig.TLS]
         mounts = {}
         try:
             for kind in peers:
@@ -430,7 +438,7 @@ class LatencyMixin:
                             continue
                         self.record(sec, cell_key(d, "ranged8" if "8 ranged" in label
                                                   else "ranged-mount"), res, label)
-                for kind in peers + ([] if rig.PIN else ["local"]):
+                for kind in peers + ([] if rig.PIN or rig.TLS else ["local"]):
                     if kind != "local" and kind not in mounts:
                         continue
                     try:

@@ -23,10 +23,13 @@ Two read styles (style=):
   "npz"     DLIO's UNet3D reader: np.load(path)["x"]; the bytes counted
             (and checked by expect) are those of the array x
 
-A "path" that starts with http:// is fetched with a GET instead (one
-keep-alive connection per process and endpoint, http.client): the same
-readers going to the endpoints directly, without a mount.  The style does
-not apply to those.
+A "path" that starts with http:// or https:// is fetched with a GET
+instead (one keep-alive connection per process and endpoint, http.client):
+the same readers going to the endpoints directly, without a mount.  The
+style does not apply to those.  An https:// one verifies the endpoint's
+certificate against CA_FILE (the rig's CA; the system's store if None),
+with one ssl context per reader process, and the connection keeps its
+TLS session across requests.
 """
 
 import array
@@ -36,6 +39,7 @@ import multiprocessing
 import os
 import random
 import signal
+import ssl
 import threading
 import time
 import urllib.parse
@@ -51,7 +55,25 @@ def percentile(sorted_vals, q):
     return sorted_vals[min(k, len(sorted_vals)) - 1]
 
 
-_CONNS = {}   # a reader process's connections, by host:port
+_CONNS = {}   # a reader process's connections, by scheme://host:port
+CA_FILE = None   # the CA an https:// GET verifies with (set before the fork)
+_SSL = {}     # a reader process's ssl contexts, by CA file
+
+
+def ssl_context(cafile):
+    """A client context that verifies the peer (certificate and host name)
+    against @cafile, made once per process."""
+    ctx = _SSL.get(cafile)
+    if ctx is None:
+        ctx = _SSL[cafile] = ssl.create_default_context(cafile=cafile)
+    return ctx
+
+
+def _connection(u):
+    if u.scheme == "https":
+        return http.client.HTTPSConnection(u.netloc, timeout=60,
+                                           context=ssl_context(CA_FILE))
+    return http.client.HTTPConnection(u.netloc, timeout=60)
 
 
 def _npz_x(src):
@@ -66,10 +88,11 @@ def _get_one(url, expect, style="whole"):
     err = None
     n = 0
     u = urllib.parse.urlsplit(url)
-    conn = _CONNS.get(u.netloc)
+    where = u.scheme + "://" + u.netloc
+    conn = _CONNS.get(where)
     try:
         if conn is None:
-            conn = _CONNS[u.netloc] = http.client.HTTPConnection(u.netloc, timeout=60)
+            conn = _CONNS[where] = _connection(u)
         conn.request("GET", u.path)
         resp = conn.getresponse()
         data = resp.read()
@@ -85,7 +108,7 @@ def _get_one(url, expect, style="whole"):
             err = "short body: %d bytes" % n
     except Exception as exc:   # OSError, HTTPException; for npz a bad archive
         err = "%s: %s" % (type(exc).__name__, exc)
-        _CONNS.pop(u.netloc, None)
+        _CONNS.pop(where, None)
         if conn is not None:
             conn.close()
     return t0, time.monotonic(), n, err
@@ -96,8 +119,8 @@ def _read_dlio(path):
     buffer's size, an lseek, isatty), 16 bytes, a seek back to 0, then
     64 KiB reads until one returns nothing, through Python's BufferedReader,
     which is as large as the file's st_blksize.  With a 4 KiB st_blksize
-    the reads that reach the file are 4 KiB, 60 KiB, then 64 KiB ones (what
-    this style made by hand before session 14); with a larger one, fewer.
+    the reads that reach the file are 4 KiB, 60 KiB, then 64 KiB ones; with
+    a larger one, fewer.
     The bytes read."""
     with open(path, "rb") as f:
         f.read(16)
@@ -111,7 +134,7 @@ def _read_dlio(path):
 
 
 def _read_one(path, expect, fadvise, style="whole"):
-    if path.startswith("http://"):
+    if path.startswith(("http://", "https://")):
         return _get_one(path, expect, style)
     t0 = time.monotonic()
     err = None
@@ -294,17 +317,18 @@ def per_second(ends, seconds):
     return bins
 
 
-def curl_z(urls, procs, cfg, timeout, size):
+def curl_z(urls, procs, cfg, timeout, size, extra=()):
     """`curl -Z --parallel-max procs` over @urls (written to the config file
     @cfg), each body to /dev/null; per-file latency from curl's own
-    %{time_total}; a body that is not 200 with @size bytes is a failed read."""
+    %{time_total}; a body that is not 200 with @size bytes is a failed read.
+    @extra: more options (--cacert for https:// URLs)."""
     import subprocess
     with open(cfg, "w") as f:
         for u in urls:
             f.write('url = "%s"\noutput = "/dev/null"\n' % u)
     t0 = time.monotonic()
     p = subprocess.run(["curl", "-Z", "--parallel-max", str(procs), "--parallel-immediate",
-                        "-s", "-S", "-K", cfg,
+                        "-s", "-S", *extra, "-K", cfg,
                         "-w", "%{http_code} %{size_download} %{time_total}\\n"],
                        capture_output=True, text=True, timeout=timeout)
     wall = time.monotonic() - t0

@@ -103,14 +103,25 @@ def merge(results):
     """One report's results from several invocations' (run.py --render
     A.json,B.json): each measurement from the last invocation that ran it.
     Every ratio stays within one invocation."""
+    def ran(r):
+        """The measurements @r ran ("large" for "large-pinned-tls" too)."""
+        return {name.split("-")[0] for name, sec in r.get("sections", {}).items()
+                if not sec.get("status", "").startswith("not selected")}
+
+    def problems(i):
+        """Invocation @i's problems, but those of a measurement that a later
+        invocation ran again (the report gives the later one's numbers)."""
+        later = set().union(*[ran(r) for r in results[i + 1:]])
+        return [p for p in results[i].get("problems", []) if p[0] not in later]
     out = dict(results[0])
     out["sections"] = dict(results[0].get("sections", {}))
-    out["problems"] = list(results[0].get("problems", []))
+    out["problems"] = problems(0)
     out["datasets"] = dict(results[0].get("datasets", {}))
     out["delay_endpoints"] = dict(results[0].get("delay_endpoints") or {})
+    out["tls_endpoints"] = dict(results[0].get("tls_endpoints") or {})
     out["parts"] = [{k: r.get(k) for k in ("command", "started", "elapsed_s", "raw_path",
                                            "machine")} for r in results]
-    for r in results[1:]:
+    for i, r in enumerate(results[1:], 1):
         for name, sec in r.get("sections", {}).items():
             if sec.get("status", "").startswith("not selected") and name in out["sections"]:
                 continue
@@ -123,9 +134,11 @@ def merge(results):
                     if k in sec or k in old:
                         sec[k] = sorted(set(old.get(k, [])) | set(sec.get(k, [])))
             out["sections"][name] = sec
-        out["problems"] += r.get("problems", [])
+        out["problems"] += problems(i)
         out["datasets"].update(r.get("datasets", {}))
         out["delay_endpoints"].update(r.get("delay_endpoints") or {})
+        out["tls_endpoints"].update(r.get("tls_endpoints") or {})
+        out["tls"] = r.get("tls") or out.get("tls")
         out["elapsed_s"] = out.get("elapsed_s", 0) + r.get("elapsed_s", 0)
     out["command"] = " ; ".join(r.get("command", "?") for r in results)
     # The software: a version any invocation could read (a peer installed
@@ -258,12 +271,14 @@ def render(res, out, charts=True):
     lchart = latency_chart_path(out)
     sec_latency(secs.get("latency", {}), w, lchart, make_latency_chart(res, lchart) if charts
                 else "--print draws no chart", out)
-    if secs.get("latency-pinned"):
-        sec_latency(secs["latency-pinned"], w, None, None, out)
+    for name in ("latency-pinned", "latency-tls", "latency-pinned-tls"):
+        if secs.get(name):
+            sec_latency(secs[name], w, None, None, out)
     sec_dlio(secs.get("dlio", {}), w, chart, chart_note, out)
     sec_large(secs.get("large", {}), w)
-    if secs.get("large-pinned"):
-        sec_large(secs["large-pinned"], w)
+    for name in ("large-pinned", "large-tls", "large-pinned-tls"):
+        if secs.get(name):
+            sec_large(secs[name], w)
     sec_fio(secs.get("fio", {}), w)
     sec_npz(secs.get("npz", {}), w)
     sec_tree(secs.get("tree", {}), w)
@@ -322,13 +337,10 @@ def summary(res, w):
         w("")
     targets(secs, w)
     targets_pinned(secs, w)
-    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
-        w("- **2 GiB `dd` at %s ms:** %s MB/s, %s of 8 ranged GETs and %s of part-sized "
-          "ranged GETs with as many in flight; daemon CPU %s s per GB."
-          % (fmt_ms(dl), n0(c.get("median_mb_s")),
-             "{:.0%}".format(c["ratio_ranged8"]) if c.get("ratio_ranged8") else "–",
-             "{:.0%}".format(c["ratio_ranged-mount"]) if c.get("ratio_ranged-mount") else "–",
-             n2(c.get("median_cpu_s_per_gb"))))
+    targets_pinned(secs, w, tls=True)
+    for name, what in (("large", ""), ("large-tls", "TLS, ")):
+        for dl, _p, o, st, c in cells_of(secs.get(name, {}), "bucketfs"):
+            summary_large(w, what + large_label(secs, name), dl, c)
     mt = secs.get("mount", {})
     if mt.get("median_ready_s") is not None or mt.get("median_warm_ready_s") is not None:
         w("- **Mount with a persisted index** (%s keys): ready in **%s ms** with the page cache "
@@ -366,7 +378,16 @@ def summary(res, w):
              secs["dlio"].get("procs")))
 
 
-# The "Done means" of issues 13 and 14, as (order, minimum ratio against the
+def summary_large(w, what, dl, c):
+    w("- **%s at %s ms:** %s MB/s, %s of 8 ranged GETs and %s of part-sized "
+      "ranged GETs with as many in flight; daemon CPU %s s per GB."
+      % (what, fmt_ms(dl), n0(c.get("median_mb_s")),
+         "{:.0%}".format(c["ratio_ranged8"]) if c.get("ratio_ranged8") else "–",
+         "{:.0%}".format(c["ratio_ranged-mount"]) if c.get("ratio_ranged-mount") else "–",
+         n2(c.get("median_cpu_s_per_gb"))))
+
+
+# The targets at 20 ms, unpinned, as (order, minimum ratio against the
 # same readers doing GETs, minimum files/s).
 TARGETS_20MS = {"random": (0.97, None), "dlio": (2.0, NEED_FILES_S), "announced": (2.5, None)}
 CPU_MS_PER_FILE_MAX = 0.3
@@ -374,7 +395,7 @@ LARGE_MIN = 0.85
 
 
 def targets(secs, w):
-    """The issues' targets against this run's medians (same-run ratios)."""
+    """The unpinned targets against this run's medians (same-run ratios)."""
     rows = []
     for dl, _p, o, st, c in cells_of(secs.get("latency", {}), "bucketfs"):
         if dl != 20 or o not in TARGETS_20MS:
@@ -397,65 +418,90 @@ def targets(secs, w):
         for ref, what in (("ranged8", "8 ranged GETs at once"),
                           ("ranged-mount", "part-sized ranged GETs with as many in flight")):
             r = c.get("ratio_" + ref)
-            rows.append(["2 GiB `dd` at %s ms: ≥ %.0f%% of %s"
-                         % (fmt_ms(dl), LARGE_MIN * 100, what),
+            rows.append(["%s at %s ms: ≥ %.0f%% of %s"
+                         % (large_label(secs, "large"), fmt_ms(dl), LARGE_MIN * 100, what),
                          "{:.0%}".format(r) if r is not None else "–",
                          "yes" if r is not None and r >= LARGE_MIN else "**no**"])
     if not rows:
         return
-    w("Against the targets of issues 13 and 14 (medians of the runs' same-run ratios):")
+    w("Against the targets (medians of the runs' same-run ratios):")
     w("")
     table(w, ["Target", "Measured", "Met"], rows)
     w("")
 
 
-# Issue 25, pinned: (delay, order) -> (the least ratio to the same readers
-# doing GETs, the least files/s); and the daemon's CPU, unpinned.
+# Pinned: (delay, order) -> (the least ratio to the same readers doing
+# GETs, the least files/s); and the daemon's CPU, unpinned.
 TARGETS_PINNED = {(0, "random"): (1.0, None), (20, "random"): (0.97, None),
                   (20, "dlio"): (2.0, NEED_FILES_S), (20, "announced"): (2.0, None),
                   (50, "dlio"): (4.0, None), (50, "announced"): (4.0, None)}
-CPU_MS_PER_FILE_MAX_25 = 0.25
-CPU_S_PER_GB_MAX_25 = 0.5
+CPU_MS_PER_FILE_MAX_PINNED = 0.25
+CPU_S_PER_GB_MAX_PINNED = 0.5
+# On the TLS ports: (delay, order) -> as above, against the same readers
+# doing HTTPS GETs; and the daemon's CPU unpinned, which has the TLS
+# records to decrypt on top.
+TARGETS_TLS = {(20, "random"): (0.97, None), (20, "dlio"): (2.0, NEED_FILES_S)}
+CPU_MS_PER_FILE_MAX_TLS = 0.30
+CPU_S_PER_GB_MAX_TLS = 0.6
 
 
-def targets_pinned(secs, w):
-    """Issue 25's targets: pinned ratios, and the daemon's CPU unpinned."""
+def large_label(secs, name):
+    """ "2 GiB `dd`": the large file's size in section @name."""
+    size = secs.get(name, {}).get("size") or 0
+    return ("%s GiB" % "{:g}".format(size / 2**30) if size >= 2**30
+            else "%s MiB" % n0(size / 2**20)) + " `dd`"
+
+
+def targets_pinned(secs, w, tls=False):
+    """The pinned targets and the daemon's CPU unpinned; with @tls, those
+    of the TLS ports' sections."""
+    sfx = "-tls" if tls else ""
+    goals = TARGETS_TLS if tls else TARGETS_PINNED
+    per_file = CPU_MS_PER_FILE_MAX_TLS if tls else CPU_MS_PER_FILE_MAX_PINNED
+    per_gb = CPU_S_PER_GB_MAX_TLS if tls else CPU_S_PER_GB_MAX_PINNED
+    readers = "the same readers doing %sGETs" % ("HTTPS " if tls else "")
     rows = []
-    for dl, _p, o, st, c in cells_of(secs.get("latency-pinned", {}), "bucketfs"):
-        if (dl, o) not in TARGETS_PINNED:
+    for dl, _p, o, st, c in cells_of(secs.get("latency-pinned" + sfx, {}), "bucketfs"):
+        if (dl, o) not in goals:
             continue
-        need, files = TARGETS_PINNED[(dl, o)]
+        need, files = goals[(dl, o)]
         r = c.get("ratio_py")
         ok = r is not None and r >= need and (files is None or (c.get("median_files_s") or 0)
                                               >= files)
-        rows.append(["pinned, %s ms, %s order, %s: ≥ %.2f× the same readers doing GETs%s"
-                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st), need,
+        rows.append(["pinned, %s ms, %s order, %s: ≥ %.2f× %s%s"
+                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st), need, readers,
                         " and ≥ %s files/s" % n0(files) if files else ""),
                      "%s× (%s files/s)" % (n2(r), n0(c.get("median_files_s"))),
                      "yes" if ok else "**no**"])
-    for dl, _p, o, st, c in cells_of(secs.get("large-pinned", {}), "bucketfs"):
-        r = c.get("ratio_ranged8")
-        rows.append(["pinned, 2 GiB `dd` at %s ms: ≥ %.2f× of 8 ranged GETs"
-                     % (fmt_ms(dl), LARGE_MIN), "%s×" % n2(r),
-                     "yes" if r is not None and r >= LARGE_MIN else "**no**"])
-    for dl, _p, o, st, c in cells_of(secs.get("latency", {}), "bucketfs"):
+    if not tls:
+        for dl, _p, o, st, c in cells_of(secs.get("large-pinned", {}), "bucketfs"):
+            r = c.get("ratio_ranged8")
+            rows.append(["pinned, %s at %s ms: ≥ %.2f× of 8 ranged GETs"
+                         % (large_label(secs, "large-pinned"), fmt_ms(dl), LARGE_MIN),
+                         "%s×" % n2(r),
+                         "yes" if r is not None and r >= LARGE_MIN else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("latency" + sfx, {}), "bucketfs"):
         if dl not in (0, 20):
             continue
         v = c.get("median_cpu_ms_per_file")
         rows.append(["unpinned, %s ms, %s order, %s: daemon CPU ≤ %.2f ms per file"
-                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st),
-                        CPU_MS_PER_FILE_MAX_25),
+                     % (fmt_ms(dl), ORDER_LABEL[o], STYLE_LABEL.get(st, st), per_file),
                      "%s ms" % ("{:.3f}".format(v) if v is not None else "–"),
-                     "yes" if v is not None and v <= CPU_MS_PER_FILE_MAX_25 else "**no**"])
-    for dl, _p, o, st, c in cells_of(secs.get("large", {}), "bucketfs"):
+                     "yes" if v is not None and v <= per_file else "**no**"])
+    for dl, _p, o, st, c in cells_of(secs.get("large" + sfx, {}), "bucketfs"):
         v = c.get("median_cpu_s_per_gb")
-        rows.append(["unpinned, 2 GiB `dd` at %s ms: daemon CPU ≤ %.1f s per GB"
-                     % (fmt_ms(dl), CPU_S_PER_GB_MAX_25), "%s s" % n2(v),
-                     "yes" if v is not None and v <= CPU_S_PER_GB_MAX_25 else "**no**"])
+        rows.append(["unpinned, %s at %s ms: daemon CPU ≤ %.1f s per GB"
+                     % (large_label(secs, "large" + sfx), fmt_ms(dl), per_gb), "%s s" % n2(v),
+                     "yes" if v is not None and v <= per_gb else "**no**"])
     if not rows:
         return
-    w("Against the targets of issue 25 (medians of the runs' same-run ratios; *pinned* is "
-      "a model of a host with a spare core, section 1b):")
+    if tls:
+        w("Against the targets on the TLS ports (medians of the runs' same-run ratios, "
+          "against the same readers doing HTTPS GETs; *pinned* is a model of a host with a "
+          "spare core, section 1d):")
+    else:
+        w("Against the targets, pinned and the daemon's CPU (medians of the runs' same-run "
+          "ratios; *pinned* is a model of a host with a spare core, section 1b):")
     w("")
     table(w, ["Target", "Measured", "Met"], rows)
     w("")
@@ -485,19 +531,19 @@ def how_remote(res, w):
       "bucketfs's own S3 client, the same concurrency, in one process.")
 
 
-# The "dlio" read style, as readers.py has made it since session 14, and
-# before (runs whose latency section has no "dlio_style").
+# The "dlio" read style, as readers.py makes it, and as older results made
+# it (runs whose latency section has no "dlio_style").
 DLIO_BUFFERED = (
     "PIL's way of opening an image, as DLIO's loader does: `open(path,'rb')` (`fstat`, "
     "`isatty`, `lseek`), 16 bytes, `seek(0)`, then 64 KiB reads until one returns "
     "nothing, through Python's BufferedReader, which is st_blksize large: with 4 KiB "
-    "(before session 14) the reads that reach the file are 4 KiB, 60 KiB, then 64 KiB; "
-    "bucketfs now reports a file's size rounded up to a power of two (at most 1 MiB), "
-    "so a RetinaNet file is one read and two at end of file.")
+    "the reads that reach the file would be 4 KiB, 60 KiB, then 64 KiB; bucketfs "
+    "reports a file's size rounded up to a power of two (at most 1 MiB) as its "
+    "st_blksize, so a RetinaNet file is one read and two at end of file.")
 DLIO_BY_HAND = (
     "`os.open`, `fstat`, `isatty` (ioctl TCGETS), two `lseek`s, reads of 4 KiB and "
     "60 KiB, then 64 KiB until a read returns 0, `close`: DLIO's system calls on a mount "
-    "whose st_blksize is 4 KiB, made by hand (readers.py before session 14).")
+    "whose st_blksize is 4 KiB, made by hand.")
 
 
 def how(res, w):
@@ -542,6 +588,20 @@ def how(res, w):
           + (DLIO_BUFFERED if any(s.get("dlio_style") == "buffered"
                                   for s in res.get("sections", {}).values())
              else DLIO_BY_HAND))
+        te = res.get("tls_endpoints") or {}
+        if te:
+            w("- **TLS ports:** each nginx endpoint also listens with TLS on one port per "
+              "first-byte delay (%s), the same locations behind them, `ssl_session_cache` "
+              "shared by its ports, keep-alive as on the plain ones. The server certificate "
+              "(%s) is signed by a CA made with `openssl` when the rig starts, in its "
+              "temporary directory (removed at the end; never in the tree). bucketfs gets "
+              "`-o ca_file=` that CA, the HTTPS readers an `ssl` context that loads it "
+              "(verify on), curl `--cacert`. The self-check verifies each TLS port, that a "
+              "second connection resumes the session, and that a client without the CA is "
+              "refused."
+              % ("; ".join("%s ms: %s" % (k, ", ".join(u.rsplit(":", 1)[1] for u in v))
+                           for k, v in sorted(te.items(), key=lambda kv: float(kv[0]))),
+                 (res.get("tls") or {}).get("certificate", "?")))
         w("- **Machine share:** every pass records how busy both CPUs were (`/proc/stat`, "
           "all processes: the readers, the daemon, nginx, and other work on this shared "
           "machine) in the *busy* column; compare rows by their same-run ratios.")
@@ -712,15 +772,38 @@ def _med(vals):
     return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
+LATENCY_TITLES = {
+    (False, False): "1. Through a remote store's latency (the latency rig)",
+    (True, False): "1b. Pinned, through a remote store's latency (a model of a host with a "
+                   "spare core)",
+    (False, True): "1c. TLS: through a remote store's latency over HTTPS",
+    (True, True): "1d. TLS, pinned: through a remote store's latency over HTTPS (a model "
+                  "of a host with a spare core)"}
+LARGE_TITLES = {
+    (False, False): "3. Large file, sequential, at each latency",
+    (True, False): "3b. Pinned, large file, sequential (a model of a host with a spare core)",
+    (False, True): "3c. TLS: large file, sequential, over HTTPS",
+    (True, True): "3d. TLS, pinned: large file, sequential, over HTTPS (a model of a host "
+                  "with a spare core)"}
+TLS_NOTE = (
+    "**TLS: the same endpoints over HTTPS.** `run.py --scheme tls` (or `both`): the same 4 "
+    "nginx processes, the same dataset and first-byte delays, on their TLS ports "
+    "(`listen … ssl`, TLS 1.2 and 1.3, `ssl_session_cache`, the same keep-alive), with a "
+    "server certificate for 127.0.0.1 signed by a CA that the rig makes with `openssl` at "
+    "set-up, in its temporary directory. bucketfs mounts them with `-o ca_file=` that CA; "
+    "the same readers doing GETs use `http.client.HTTPSConnection` with an `ssl` context "
+    "that loads it (verification and host name check on), one keep-alive connection per "
+    "process and endpoint; curl gets `--cacert`. Every ratio here is against these HTTPS "
+    "references, in the same run. ")
+
+
 def sec_latency(s, w, chart, chart_note, out):
     pinned = s.get("pinned")
-    heading(w, "1b. Pinned, through a remote store's latency (a model of a host with a "
-            "spare core)" if pinned else
-            "1. Through a remote store's latency (the latency rig)", s)
+    heading(w, LATENCY_TITLES[(bool(pinned), bool(s.get("tls")))], s)
     if not s.get("cells"):
         return
-    if pinned:
-        w(PINNED_NOTE)
+    if s.get("tls") or pinned:
+        w((TLS_NOTE if s.get("tls") else "") + (PINNED_NOTE if pinned else ""))
         w("")
     w("%s RetinaNet files of 322,624 bytes, %s reader processes (DLIO's order: %s streams), "
       "each file read once per run, at each first-byte delay; every bucketfs row is a fresh "
@@ -732,7 +815,7 @@ def sec_latency(s, w, chart, chart_note, out):
       "order for announced), **÷ curl** against `curl -Z --parallel-max %s`. CPU is the "
       "daemon's own (utime + stime from `/proc/PID/stat`, threads from "
       "`/proc/PID/task/*/stat`); *busy* is the whole machine over the pass (`/proc/stat`), "
-      "other helpers' work included, then each CPU's. %s"
+      "other work on the machine included, then each CPU's. %s"
       % (n0(s["files"]), s["procs"], s.get("dlio_streams"),
          " with `-o %s`" % ",".join(s["opts"]) if s.get("opts") else "", s["procs"],
          TOTAL_NOTE))
@@ -804,23 +887,25 @@ LARGE_PATH = {"bucketfs": "**bucketfs** `dd bs=1M`", "ranged8": "8 ranged GETs a
 
 def sec_large(s, w):
     sec_throughput(
-        s, w, "3b. Pinned, large file, sequential (a model of a host with a spare core)"
-        if s.get("pinned") else "3. Large file, sequential, at each latency",
-        lambda s: (PINNED_NOTE if s.get("pinned") else "") + TOTAL_NOTE + (
+        s, w, LARGE_TITLES[(bool(s.get("pinned")), bool(s.get("tls")))],
+        lambda s: (TLS_NOTE if s.get("tls") else "") + (PINNED_NOTE if s.get("pinned") else "")
+        + TOTAL_NOTE + (
             "`dd if=MNT/big.bin of=/dev/null bs=1M` of one %s MiB file through a fresh bucketfs "
             "mount per run%s, at each first-byte delay, against the same object read with ranged "
             "GETs over the same 4 endpoints in the same run: 8 ranges of an eighth at once, and "
             "ranges of %s MiB (the mount's part size) with as many in flight as the mount had "
             "at most (its endpoints' `inflight`, sampled every 20 ms; in each bucketfs run's "
             "raw numbers). s3fs, rclone and the local file at 0 ms only. CPU per GB is the "
-            "daemon's.%s"
+            "daemon's.%s%s"
             % (n0(s["size"] / 2**20), " with `-o %s`" % ",".join(s["opts"]) if s.get("opts")
                else "", n0(s.get("part", 0) / 2**20),
                (" Before the runs, one untimed `dd` through a fresh mount at %s ms (%s MB/s) "
                 "warms up the memory the page cache takes (this VM's host faults, "
                 "`latency.large_warmup()`)." % (n0(s["warmup"]["delay_ms"]),
                                                 n0(s["warmup"]["mb_s"])))
-               if s.get("warmup") else "")),
+               if s.get("warmup") else "",
+               " On the TLS ports only the mount and its references run." if s.get("tls")
+               else "")),
         lambda p, o: LARGE_PATH.get(p, p),
         [("ranged8", "8 ranged"), ("ranged-mount", "ranged as the mount")])
     bf = [c for d, p, o, st, c in cells_of(s, "bucketfs")]
@@ -1154,7 +1239,7 @@ def make_latency_chart(res, path):
     return None
 
 
-# ---- 11. the soak (issue 24): written from tools/bench/soak.py's JSON, kept
+# ---- 11. the soak: written from tools/bench/soak.py's JSON, kept
 # next to the report (docs/bench-soak.json), so a run.py rewrite keeps it and
 # soak.py --doc rewrites only this section.
 
@@ -1194,7 +1279,7 @@ def sec_soak(d, w):
         return
     a, sm, samples = d["args"], d["summary"], d["samples"]
     m = d.get("machine") or {}
-    w("Written by `tools/bench/report.py` from `docs/%s`, the output of `%s` (issue 24), "
+    w("Written by `tools/bench/report.py` from `docs/%s`, the output of `%s`, "
       "on commit %s's binaries, started %s. One mount of the test S3 server "
       "(`tests/s3server/s3server.py`, one endpoint, index built beforehand, "
       "`-o stall_timeout=2`); %s synthetic objects of %s bytes; %d readers (%d processes "
@@ -1264,13 +1349,12 @@ def sec_soak(d, w):
           % (first["minute"], ", ".join("%s %d → %d" % (n, first["thread_names"].get(n, 0),
                                                         last["thread_names"].get(n, 0))
                                         for n in names)))
-    w("- **RSS.** Until session 11 the event threads' malloc arenas grew: the bodies "
-      "(one object's bytes each, %s bytes here) were allocated by the two `bfs-http` "
-      "threads in their glibc arenas, which keep their high-water mark and fragment "
-      "(`tune_malloc()` keeps freed memory mapped, and `malloc_trim()` never shrinks a "
-      "thread arena's heap): +0.128 MiB per minute over session 10's soak, all of it "
-      "in the arenas. Since session 11 a body of 64 KiB or more comes from the "
-      "daemon's own pool (`src/bufpool.c`, docs/ARCHITECTURE.md \"The heap\"): mapped "
+    w("- **RSS.** Bodies (one object's bytes each, %s bytes here) allocated by the "
+      "two `bfs-http` threads in their glibc arenas would make those arenas grow: an "
+      "arena keeps its high-water mark and fragments (`tune_malloc()` keeps freed memory "
+      "mapped, and `malloc_trim()` never shrinks a thread arena's heap); a soak with "
+      "them there grew by +0.128 MiB per minute, all of it in the arenas. So a body of "
+      "64 KiB or more comes from the daemon's own pool (`src/bufpool.c`, docs/ARCHITECTURE.md \"The heap\"): mapped "
       "size classes recycled with their pages faulted in, at most 64 MiB kept idle. "
       "So the arenas hold only the small allocations, and the pool's memory is in "
       "\"the rest\", bounded by the bodies in flight at the peak plus the idle cap." %

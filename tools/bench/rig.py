@@ -442,7 +442,7 @@ http {{
         server 127.0.0.1:{s3port};
         keepalive 32;
     }}
-{servers}}}
+{tls}{servers}}}
 """
 
 # One port of the endpoint.  Objects: GET/HEAD/Range straight from the
@@ -456,7 +456,7 @@ http {{
 NGINX_SERVER = """\
     server {{
         # {what}
-        listen 127.0.0.1:{port} backlog=4096;
+        listen 127.0.0.1:{port}{ssl} backlog=4096;
         root {root};
         location / {{
             error_page 418 = @s3server;
@@ -477,6 +477,18 @@ NGINX_SERVER = """\
     }}
 """
 
+# The TLS ports' settings (the rig's own CA and server certificate, made
+# by Tls): one session cache shared by the endpoint's ports, so a
+# client that reconnects resumes instead of a full handshake.
+NGINX_TLS = """\
+    ssl_certificate {cert};
+    ssl_certificate_key {key};
+    ssl_protocols TLSv1.2 TLSv1.3;
+    ssl_session_cache shared:tls{i}:16m;
+    ssl_session_timeout 1h;
+    ssl_buffer_size 16k;
+"""
+
 NGINX_DELAY = """\
             echo_sleep {seconds};
             echo_exec @object;
@@ -491,21 +503,26 @@ def echo_module():
     return ECHO_MODULE if os.path.exists(ECHO_MODULE) else None
 
 
-def nginx_conf(tmp, i, ports, root, s3port):
+def nginx_conf(tmp, i, ports, root, s3port, tls_ports=None, tls=None):
     """The config of endpoint @i: @ports maps a first-byte delay (ms) to
-    the port that answers with it; delay 0 is the plain static port."""
+    the port that answers with it; delay 0 is the plain static port.
+    @tls_ports, the same for the TLS ports, with @tls (a Tls) their
+    certificate."""
     servers = []
-    for delay, port in sorted(ports.items()):
-        servers.append(NGINX_SERVER.format(
-            what="objects after a %g ms first-byte delay" % delay if delay else
-            "objects without delay", port=port, root=root,
-            delay=NGINX_DELAY.format(seconds="%.3f" % (delay / 1e3)) if delay else ""))
-    delayed = any(d for d in ports)
+    for scheme, pmap in (("http", ports), ("https", tls_ports or {})):
+        for delay, port in sorted(pmap.items()):
+            servers.append(NGINX_SERVER.format(
+                what="%s: objects after a %g ms first-byte delay" % (scheme, delay) if delay
+                else "%s: objects without delay" % scheme, port=port, root=root,
+                ssl=" ssl" if scheme == "https" else "",
+                delay=NGINX_DELAY.format(seconds="%.3f" % (delay / 1e3)) if delay else ""))
+    delayed = any(d for d in list(ports) + list(tls_ports or {}))
     if delayed and not echo_module():
         raise RuntimeError("delayed endpoints need nginx's echo module (%s): apt-get "
                            "install libnginx-mod-http-echo" % ECHO_MODULE)
     return NGINX_CONF.format(
         i=i, tmp=tmp, s3port=s3port, servers="".join(servers),
+        tls=NGINX_TLS.format(cert=tls.cert, key=tls.key, i=i) if tls_ports else "",
         load_modules="load_module %s;\n" % ECHO_MODULE if delayed else "")
 
 
@@ -552,16 +569,19 @@ class Nginx:
     so that one endpoint can be killed by its PID.  @ports maps a
     first-byte delay in ms to a port; 0 must be there."""
 
-    def __init__(self, tmp, i, ports, root, s3port):
+    def __init__(self, tmp, i, ports, root, s3port, tls_ports=None, tls=None):
         self.tmp, self.i, self.port = tmp, i, ports[0]
         self.conf = os.path.join(tmp, "nginx-%d.conf" % i)
         os.makedirs(os.path.join(tmp, "nginx-%d.tmp" % i), exist_ok=True)
         with open(self.conf, "w") as f:
-            f.write(nginx_conf(tmp, i, ports, root, s3port))
+            f.write(nginx_conf(tmp, i, ports, root, s3port, tls_ports, tls))
         self.proc = None
         self.ports = dict(ports)
+        self.ports.update({("tls", d): p for d, p in (tls_ports or {}).items()})
         self.url = "http://127.0.0.1:%d" % self.port
         self.urls = {d: "http://127.0.0.1:%d" % p for d, p in ports.items()}
+        # The TLS ports' URLs, by delay (empty without TLS).
+        self.tls_urls = {d: "https://127.0.0.1:%d" % p for d, p in (tls_ports or {}).items()}
         self.start()
         CLEANUP.push("stop nginx endpoint %d" % i, self.stop)
 
@@ -594,22 +614,106 @@ class Endpoints:
     """4 nginx endpoints in front of one dataset root + the test S3 server.
     Each endpoint has a port per first-byte delay of @delays (ms; 0, the
     plain port, always): urls are the plain ones, delay_urls[d] those that
-    answer after d ms."""
+    answer after d ms.  With @tls (a Tls), each endpoint also has a TLS
+    port per delay, the same scheme on other ports: tls_delay_urls[d]."""
 
-    def __init__(self, tmp, root, datasets, n=4, delays=()):
+    def __init__(self, tmp, root, datasets, n=4, delays=(), tls=None):
         self.s3 = S3Server(tmp, datasets)
         self.delays = sorted(set([0] + [d for d in delays]))
-        ports = free_ports(n * len(self.delays))
-        self.nginx = [Nginx(tmp, i, {d: ports[i * len(self.delays) + j]
-                                     for j, d in enumerate(self.delays)},
-                            root, self.s3.port) for i in range(n)]
+        self.tls = tls
+        k = len(self.delays)
+        ports = free_ports(n * k * (2 if tls else 1))
+        self.nginx = []
+        for i in range(n):
+            plain = {d: ports[i * k + j] for j, d in enumerate(self.delays)}
+            tls_ports = {d: ports[(n + i) * k + j] for j, d in enumerate(self.delays)} \
+                if tls else None
+            self.nginx.append(Nginx(tmp, i, plain, root, self.s3.port, tls_ports, tls))
         self.urls = [x.url for x in self.nginx]
         self.delay_urls = {d: [x.urls[d] for x in self.nginx] for d in self.delays}
+        self.tls_delay_urls = {d: [x.tls_urls[d] for x in self.nginx] for d in self.delays} \
+            if tls else {}
+
+    def urls_for(self, delay):
+        """The 4 URLs answering after @delay ms in the scheme in use
+        (use_tls()): the TLS ports' while it is on, else the plain ones."""
+        if TLS:
+            if not self.tls:
+                raise RuntimeError("the rig was started without TLS ports")
+            return self.tls_delay_urls[delay]
+        return self.delay_urls[delay]
 
     def pids(self):
         """The endpoints' processes: the nginx ones and the test S3 server."""
         return [x.proc.pid for x in self.nginx if x.proc] + \
             ([self.s3.proc.pid] if self.s3.proc else [])
+
+
+# --------------------------------------------------------------------------
+# TLS: the rig's own CA and server certificate, made with openssl at set-up
+
+# The Tls of the rig while its passes go to the TLS ports, else None.
+TLS = None
+TLS_LABEL = "TLS: the same endpoints over HTTPS"
+
+
+class Tls:
+    """A self-signed CA and a server certificate for 127.0.0.1 and
+    localhost signed by it, made by openssl in @tmp (the run's directory,
+    removed at the end; never in the tree).  ca is the CA's PEM, the file
+    every client verifies the endpoints with (bucketfs -o ca_file=, curl
+    --cacert, Python's ssl)."""
+
+    def __init__(self, tmp):
+        d = os.path.join(tmp, "tls")
+        os.makedirs(d, mode=0o700)
+        self.ca = os.path.join(d, "ca.pem")
+        ca_key = os.path.join(d, "ca.key")
+        self.cert = os.path.join(d, "server.pem")
+        self.key = os.path.join(d, "server.key")
+        csr = os.path.join(d, "server.csr")
+        ext = os.path.join(d, "server.ext")
+        with open(ext, "w") as f:
+            f.write("basicConstraints = critical, CA:FALSE\n"
+                    "keyUsage = critical, digitalSignature, keyEncipherment\n"
+                    "extendedKeyUsage = serverAuth\n"
+                    "subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+        steps = [
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", ca_key, "-out", self.ca, "-days", "2",
+             "-subj", "/CN=bucketfs bench rig CA",
+             "-addext", "basicConstraints=critical,CA:TRUE",
+             "-addext", "keyUsage=critical,keyCertSign,cRLSign"],
+            ["openssl", "req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
+             "-nodes", "-keyout", self.key, "-out", csr, "-subj", "/CN=127.0.0.1"],
+            ["openssl", "x509", "-req", "-in", csr, "-CA", self.ca, "-CAkey", ca_key,
+             "-CAcreateserial", "-out", self.cert, "-days", "2", "-extfile", ext],
+        ]
+        for cmd in steps:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode:
+                raise RuntimeError("TLS set-up: %s: %s" % (" ".join(cmd[:3]),
+                                                           r.stderr.strip()[-500:]))
+        r = subprocess.run(["openssl", "x509", "-in", self.cert, "-noout", "-enddate"],
+                           capture_output=True, text=True)
+        self.describe = ("EC P-256, CN=127.0.0.1, subjectAltName IP:127.0.0.1 and "
+                         "DNS:localhost, %s" % (r.stdout.strip() or "?"))
+
+
+def use_tls(rig_, on):
+    """Passes to the TLS ports (on) or the plain ones (off): what
+    Endpoints.urls_for() gives, and the CA the clients load."""
+    global TLS
+    if on and not rig_.endpoints.tls:
+        raise RuntimeError("the rig was started without TLS ports")
+    TLS = rig_.endpoints.tls if on else None
+    import readers
+    readers.CA_FILE = TLS.ca if TLS else None
+
+
+def curl_tls_args():
+    """curl's options for the scheme in use: the rig's CA while on TLS."""
+    return ["--cacert", TLS.ca] if TLS else []
 
 
 # --------------------------------------------------------------------------
@@ -679,7 +783,7 @@ def back_memory(mode):
     the free memory it has not touched for a while back to its host; the
     first write to such a page then costs a fault in the host: 1.6-2.6 s
     per GB here, against 0.4 s for memory freed moments ago
-    (docs/PERFORMANCE.md, "Issue 25, session 13").  Every page a FUSE
+    (docs/PERFORMANCE.md).  Every page a FUSE
     daemon stores into the page cache is such a first write, and the
     direct path, whose readers reuse their buffers, pays almost none of it.
     "backed" models a host whose memory stays backed, as bare metal's
@@ -716,11 +820,10 @@ def back_memory(mode):
     # Every chunk stays mapped until all are written: a chunk unmapped at
     # once would hand its pages back to the free lists, the next chunk
     # would take much the same pages again, and only about a chunk's worth
-    # of memory would end up backed (sessions 13-14 did that: the first
-    # 2 GiB dd of a run paid the host's faults).  Holding takes about twice
-    # as long; alternated with the old loop over nine sittings it changed
-    # the DLIO passes by 0.96x, within their spread (docs/PERFORMANCE.md,
-    # "Issue 25, session 15").
+    # of memory would end up backed (then the first 2 GiB dd of a run pays
+    # the host's faults).  Holding takes about twice as long; alternated
+    # with chunk-by-chunk freeing over nine sittings it changed the DLIO
+    # passes by 0.96x, within their spread (docs/PERFORMANCE.md).
     held = []
     try:
         for lo in range(0, n, step):
@@ -856,7 +959,7 @@ class Mount:
 class Rig:
     """The run's temporary directory, the endpoints and client configs."""
 
-    def __init__(self, cache, datasets, delays=()):
+    def __init__(self, cache, datasets, delays=(), tls=False):
         self.cache = cache
         self.tmp = tempfile.mkdtemp(prefix="bfs-bench-", dir="/var/tmp")
         with open(os.path.join(self.tmp, "run.pid"), "w") as f:
@@ -865,7 +968,8 @@ class Rig:
         CLEANUP.push("remove %s" % self.tmp, self._remove_tmp)
         self.root = os.path.join(cache, "buckets")
         self.datasets = datasets
-        self.endpoints = Endpoints(self.tmp, self.root, datasets, delays=delays)
+        self.tls = Tls(self.tmp) if tls else None
+        self.endpoints = Endpoints(self.tmp, self.root, datasets, delays=delays, tls=self.tls)
         self._passwd = self._rclone = None
 
     def _remove_tmp(self):
@@ -900,7 +1004,7 @@ class Rig:
         return self._rclone
 
     def object_url(self, ds, key, i=0, delay=0):
-        urls = self.endpoints.delay_urls[delay]
+        urls = self.endpoints.urls_for(delay)
         return "%s/%s/%s" % (urls[i % len(urls)], ds.name, key)
 
 

@@ -19,6 +19,10 @@ chart next to it (bench-dlio.png), the raw numbers to the cache directory
 Measurements (--only/--skip names): rig, mount, latency, dlio, compare,
 large, fio, npz, tree, concurrency, failover.
 
+The latency rig on the TLS ports too (the same endpoints over HTTPS, with
+the rig's own CA), pinned and unpinned, in one invocation:
+  run.py --no-setup --only rig,latency,large --scheme both --pin both
+
 One slice of the latency rig, quickly (for an A/B), tables to stdout:
   run.py --no-setup --only latency --latency 20 --order dlio --style dlio
          --runs 3 --files 8000 --print
@@ -55,7 +59,7 @@ MEASUREMENTS = ["rig", "mount", "latency", "dlio", "compare", "large", "fio", "n
 DELAYED = {"latency": "latency", "large": "large_latency", "fio": "large_latency",
            "npz": "large_latency"}
 # What --pin may run pinned (rig.pin()): readers and endpoints on CPU 0, the
-# daemon on CPU 1.
+# daemon on CPU 1.  The same ones run on the TLS ports with --scheme.
 PINNABLE = ("latency", "large")
 # What runs against a real endpoint (--endpoint): the others need the local
 # rig (nginx to kill, datasets on disk, peers configured for it).
@@ -146,7 +150,8 @@ class Bench(latency.LatencyMixin):
         for name, attr in DELAYED.items():
             if name in a.selected:
                 delays |= set(getattr(a, attr))
-        self.rig = rig.Rig(self.cache, datasets, delays=sorted(delays))
+        self.rig = rig.Rig(self.cache, datasets, delays=sorted(delays),
+                           tls=True in a.scheme)
         self.rig.logs_dir = self.res["logs_dir"] = os.path.join(
             self.cache, "results", self.a.stamp + "-logs")
         log("endpoints: %s (listings via the test S3 server on port %d)"
@@ -155,6 +160,12 @@ class Bench(latency.LatencyMixin):
         self.res["endpoints"] = self.rig.endpoints.urls
         self.res["delay_endpoints"] = {"%g" % d: u for d, u in
                                        self.rig.endpoints.delay_urls.items()}
+        if self.rig.tls:
+            self.res["tls_endpoints"] = {"%g" % d: u for d, u in
+                                         self.rig.endpoints.tls_delay_urls.items()}
+            self.res["tls"] = {"certificate": self.rig.tls.describe}
+            log("TLS endpoints: %s (%s)" % (", ".join(self.rig.endpoints.tls_delay_urls[0]),
+                                            self.rig.tls.describe))
 
     # What differs between the local rig and a real endpoint (RemoteBench).
     def client_env(self):
@@ -237,6 +248,35 @@ class Bench(latency.LatencyMixin):
                                good[0] if good else "?", bad[0] if bad else "?",
                                "%.1f" % (float(good[1]) * 1e3) if len(good) == 2 else "?",
                                " ".join(rng)), "ok" if ok else "FAILED"))
+        # The TLS ports: the same answers, verified against the rig's CA;
+        # nginx's session cache resumes a second handshake.
+        eps = self.rig.endpoints
+        for d, urls in sorted(eps.tls_delay_urls.items()):
+            for i, u in enumerate(urls):
+                url = "%s/%s/%s" % (u, ds.name, key)
+                ca = ["--cacert", eps.tls.ca]
+                fmt = "%{http_code} %{time_starttransfer}"
+                good = sh(["curl", "-s", *ca, "-o", "/dev/null", "-w", fmt,
+                           "-H", "If-Match: %s" % etag, url]).stdout.split()
+                bad = sh(["curl", "-s", *ca, "-o", "/dev/null", "-w", fmt,
+                          "-H", 'If-Match: "0-0"', url]).stdout.split()
+                rng = sh(["curl", "-s", *ca, "-o", "/dev/null", "-w",
+                          "%{http_code} %{size_download}", "-r", "0-99", url]).stdout.split()
+                ok = (len(good) == 2 and len(bad) == 2 and good[0] == "200" and
+                      bad[0] == "412" and float(good[1]) * 1e3 >= d and rng == ["206", "100"])
+                ok_all &= ok
+                ck.append(("endpoint %d, TLS %g ms port: If-Match right / wrong, first byte "
+                           "after; Range 0-99" % (i + 1, d),
+                           "%s / %s after %s ms; %s" % (
+                               good[0] if good else "?", bad[0] if bad else "?",
+                               "%.1f" % (float(good[1]) * 1e3) if len(good) == 2 else "?",
+                               " ".join(rng)), "ok" if ok else "FAILED"))
+        if eps.tls:
+            ok, got = tls_checks(eps.tls, eps.tls_delay_urls[0][0])
+            ok_all &= ok
+            ck.append(("TLS port of endpoint 1: certificate verified against the rig's CA, "
+                       "a second connection resumes the session, no CA fails",
+                       got, "ok" if ok else "FAILED"))
         # A signed listing through nginx (proxied to the test S3 server).
         u = self.rig.endpoints.urls[1]
         r = sh(["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
@@ -687,14 +727,21 @@ class Bench(latency.LatencyMixin):
                 continue
             t = time.monotonic()
             try:
-                for pinned in (self.a.pin if name in PINNABLE else [False]):
-                    log("== %s%s" % (name, " (%s)" % rig.PINNED_LABEL if pinned else ""))
-                    rig.pin(self.rig.endpoints, pinned)
-                    try:
-                        getattr(self, "m_" + name)()
-                    finally:
-                        if pinned:
-                            rig.pin(self.rig.endpoints, False)
+                for tls in (self.a.scheme if name in PINNABLE else [False]):
+                    for pinned in (self.a.pin if name in PINNABLE else [False]):
+                        log("== %s%s" % (name, "".join(
+                            " (%s)" % label for on, label in ((tls, rig.TLS_LABEL),
+                                                              (pinned, rig.PINNED_LABEL))
+                            if on)))
+                        rig.use_tls(self.rig, tls)
+                        rig.pin(self.rig.endpoints, pinned)
+                        try:
+                            getattr(self, "m_" + name)()
+                        finally:
+                            if pinned:
+                                rig.pin(self.rig.endpoints, False)
+                            if tls:
+                                rig.use_tls(self.rig, False)
             except Skip as exc:
                 self.res["sections"].setdefault(name, {})["status"] = "skipped: %s" % exc
                 self.problem(name, "skipped: %s" % exc)
@@ -728,6 +775,48 @@ class Bench(latency.LatencyMixin):
                 self.problem(name, "the rig's nginx on %s logged %d critical errors, so the "
                              "numbers of this measurement are suspect; first: %s"
                              % (x.url, len(bad), bad[0]))
+
+
+def tls_checks(tls, url):
+    """Python's ssl against one TLS port: the certificate verifies against
+    the rig's CA (host name 127.0.0.1 included), a second connection
+    resumes the first one's session (nginx's ssl_session_cache; for TLS
+    1.3 after a request, when the ticket has come), and a context without
+    the CA refuses the endpoint.  (ok, what was seen)."""
+    import socket
+    import ssl
+    import urllib.parse
+    u = urllib.parse.urlsplit(url)
+    ctx = ssl.create_default_context(cafile=tls.ca)
+    seen = []
+    ok = True
+    try:
+        with socket.create_connection((u.hostname, u.port), 10) as raw:
+            with ctx.wrap_socket(raw, server_hostname=u.hostname) as s1:
+                s1.sendall(b"HEAD / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n"
+                           % u.netloc.encode())
+                while s1.recv(4096):
+                    pass
+                session = s1.session
+                seen.append("%s %s" % (s1.version(), s1.cipher()[0]))
+        with socket.create_connection((u.hostname, u.port), 10) as raw:
+            with ctx.wrap_socket(raw, server_hostname=u.hostname, session=session) as s2:
+                seen.append("resumed" if s2.session_reused else "not resumed")
+                ok &= s2.session_reused
+    except (OSError, ssl.SSLError) as exc:
+        return False, "%s: %s" % (type(exc).__name__, exc)
+    try:
+        with socket.create_connection((u.hostname, u.port), 10) as raw:
+            with ssl.create_default_context(cafile=None).wrap_socket(
+                    raw, server_hostname=u.hostname):
+                seen.append("verified without the CA")
+                ok = False
+    except ssl.SSLCertVerificationError:
+        seen.append("refused without the CA")
+    except (OSError, ssl.SSLError) as exc:
+        seen.append("without the CA: %s" % exc)
+        ok = False
+    return ok, "; ".join(seen)
 
 
 class RemoteBench(Bench):
@@ -982,6 +1071,11 @@ def parse_args(argv):
                    help="latency and large: as they are (unpinned, the default), "
                    "pinned (readers, endpoints and references on CPU 0, the daemon on "
                    "CPU 1: a model of a host with a spare core), or both, unpinned first")
+    g.add_argument("--scheme", default="plain", choices=("plain", "tls", "both"),
+                   help="latency and large: on the plain ports (the default), on the TLS "
+                   "ports (the same endpoints over HTTPS with the rig's own CA: bucketfs "
+                   "-o ca_file=, the readers and curl verify with it), or both, plain "
+                   "first; each with every --pin mode")
     g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
                    help="extra -o options for bucketfs in latency, large, fio and npz")
     g.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
@@ -1026,6 +1120,7 @@ def parse_args(argv):
     except ValueError as exc:
         ap.error("--latency/--large-latency: %s" % exc)
     a.pin = {"unpinned": [False], "pinned": [True], "both": [False, True]}[a.pin]
+    a.scheme = {"plain": [False], "tls": [True], "both": [False, True]}[a.scheme]
     a.order = [o for o in a.order.split(",") if o]
     a.style = [o for o in a.style.split(",") if o]
     for what, got, known in (("--order", a.order, latency.ORDERS),
@@ -1046,6 +1141,9 @@ def parse_args(argv):
             remote.parse_bucket(a.bucket)
         except ValueError as exc:
             ap.error(str(exc))
+        if True in a.scheme:
+            ap.error("--scheme tls/both is the local rig's (a real endpoint's scheme is "
+                     "its URL's; --ca-file gives its CA)")
         if a.upload and not a.files:
             a.files = 2000
         a.peers_skip = set()
@@ -1154,7 +1252,7 @@ def main(argv=None):
                                                 "concurrency", "latency", "order", "style",
                                                 "large_latency", "part_mib", "opts",
                                                 "npz_files", "npz_procs", "fio_jobs", "pin",
-                                                "vm_memory")}
+                                                "scheme", "vm_memory")}
     if a.remote:
         res["params"]["files"] = len(bench.retina.files) if hasattr(bench, "retina") else None
     if status:

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The long soak (issue 24): hours, not minutes.
+"""The long soak: hours, not minutes.
 
 RetinaNet-shaped load (files of 322,624 bytes, 32 readers reading random
 files whole, every byte checked against the test server's synthetic
