@@ -7,11 +7,10 @@
  */
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "error.h"
 #include "overlay_internal.h"
+#include "pages.h"
 #include "upload.h"
 
 struct ov_buf *ov_buf_new(void)
@@ -22,7 +21,7 @@ struct ov_buf *ov_buf_new(void)
 void ov_buf_free(struct ov_buf *b)
 {
 	if (b && b->cap)
-		munmap(b->data, b->cap);
+		pages_unmap(b->data, b->cap);
 	g_free(b);
 }
 
@@ -32,22 +31,15 @@ void ov_buf_free(struct ov_buf *b)
  * moved range's old accesses as races. */
 void ov_buf_set_size(struct ov_buf *b, gsize len)
 {
-	gsize page = (gsize)sysconf(_SC_PAGESIZE);
 	gsize cap;
 	void *p;
 
 	if (len > b->cap) {
-		cap = MAX(len, b->cap + b->cap / 2);
-		cap = (cap + page - 1) / page * page;
-		p = mmap(NULL, cap, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (p == MAP_FAILED)
-			g_error("cannot map a file buffer of %" G_GSIZE_FORMAT
-				" bytes: %s",
-				cap, g_strerror(errno));
+		cap = pages_round(MAX(len, b->cap + b->cap / 2));
+		p = pages_map_or_die(cap, 0, "a file's write buffer");
 		if (b->cap) {
 			memcpy(p, b->data, MIN(b->len, b->cap));
-			munmap(b->data, b->cap);
+			pages_unmap(b->data, b->cap);
 		}
 		b->data = p;
 		b->cap = cap;

@@ -10,12 +10,12 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "pages.h"
+
 /* Four classes per doubling: n pages to the class index and back.
  * 1-4 pages are classes 0-3; above, a class is m * 2^(e-2) pages for
  * m = 5..8, so no body maps more than 25% over what it asked for. */
 #define NCLASSES 256
-/* Bodies this large ask for transparent huge pages (HUGE_MIN). */
-#define HUGE_MIN (2u << 20)
 
 struct bufpool {
 	gatomicrefcount refs; /* the pool's own and one per body out */
@@ -275,15 +275,7 @@ void bufpool_get_stats(struct bufpool *pool, struct bufpool_stats *out)
 
 static guint8 *map_or_die(gsize size)
 {
-	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-
-	if (p == MAP_FAILED)
-		g_error("bufpool: mmap of %" G_GSIZE_FORMAT " bytes: %s", size,
-			g_strerror(errno));
-	if (size >= HUGE_MIN)
-		(void)madvise(p, size, MADV_HUGEPAGE);
-	return p;
+	return pages_map_or_die(size, PAGES_HUGE, "bufpool");
 }
 
 /* An idle body of class @cls, or NULL; counts it busy. */

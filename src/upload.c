@@ -11,11 +11,11 @@
  */
 #include <errno.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #include "error.h"
 #include "http.h"
 #include "log.h"
+#include "pages.h"
 #include "sigv4.h"
 #include "upload.h"
 
@@ -236,7 +236,7 @@ static void pool_free(struct pool *pool)
 static void unmap_spares(struct uploader *up, GPtrArray *spares)
 {
 	for (guint i = 0; i < spares->len; i++)
-		munmap(g_ptr_array_index(spares, i), up->part_size);
+		pages_unmap(g_ptr_array_index(spares, i), up->part_size);
 	g_ptr_array_unref(spares);
 }
 
@@ -257,7 +257,6 @@ static void unmap_spares(struct uploader *up, GPtrArray *spares)
 static void *part_buf_take(struct uploader *up, GError **error)
 {
 	void *p = NULL;
-	int e;
 
 	g_mutex_lock(&up->lock);
 	if (up->spare_bufs->len)
@@ -266,15 +265,10 @@ static void *part_buf_take(struct uploader *up, GError **error)
 	g_mutex_unlock(&up->lock);
 	if (p)
 		return p;
-	p = mmap(NULL, up->part_size, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
-	if (p != MAP_FAILED)
-		return p;
-	e = errno;
-	g_set_error(error, BFS_ERROR, ENOMEM,
-		    "cannot map a part of %" G_GUINT64_FORMAT " bytes: %s",
-		    up->part_size, g_strerror(e));
-	return NULL;
+	p = pages_map(up->part_size, PAGES_POPULATE, error);
+	if (!p)
+		g_prefix_error(error, "a part of the upload: ");
+	return p;
 }
 
 static void part_buf_give(struct uploader *up, void *buf)
@@ -285,8 +279,7 @@ static void part_buf_give(struct uploader *up, void *buf)
 		buf = NULL;
 	}
 	g_mutex_unlock(&up->lock);
-	if (buf)
-		munmap(buf, up->part_size);
+	pages_unmap(buf, up->part_size);
 }
 
 /* A part's buffer, given back when its GBytes is freed. */
