@@ -63,13 +63,6 @@ gboolean config_option_apply(struct config *cfg, const char *item,
 			     GPtrArray *passthrough, gboolean from_options,
 			     GError **error);
 
-/*
- * Digits only (no sign or space), at most 20, between @min and @max:
- * *@out.  FALSE otherwise.
- */
-gboolean config_parse_uint(const char *s, guint64 min, guint64 max,
-			   guint64 *out);
-
 /* config_url.c */
 
 /* Letters, digits, '-', '_', '.'; 1 to 64 bytes. */

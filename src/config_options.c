@@ -28,7 +28,7 @@ static gboolean bad_value(GError **error, const char *name, const char *value,
 
 /* --- numbers ----------------------------------------------------------- */
 
-gboolean config_parse_uint(const char *s, guint64 min, guint64 max,
+static gboolean parse_uint(const char *s, guint64 min, guint64 max,
 			   guint64 *out)
 {
 	const char *p;
@@ -214,7 +214,7 @@ static gboolean opt_max_attempts(struct config *cfg, const char *name,
 {
 	guint64 n;
 
-	if (!config_parse_uint(value, 1, 100, &n))
+	if (!parse_uint(value, 1, 100, &n))
 		return bad_value(error, name, value,
 				 "is not an integer between 1 and 100");
 	cfg->max_attempts = (guint)n;
@@ -226,7 +226,7 @@ static gboolean opt_max_connections(struct config *cfg, const char *name,
 {
 	guint64 n;
 
-	if (!config_parse_uint(value, 1, 1000000, &n))
+	if (!parse_uint(value, 1, 1000000, &n))
 		return bad_value(error, name, value,
 				 "is not an integer between 1 and 1000000");
 	cfg->max_connections = (guint)n;
@@ -238,7 +238,7 @@ static gboolean opt_event_threads(struct config *cfg, const char *name,
 {
 	guint64 n;
 
-	if (!config_parse_uint(value, 1, 64, &n))
+	if (!parse_uint(value, 1, 64, &n))
 		return bad_value(error, name, value,
 				 "is not an integer between 1 and 64");
 	cfg->event_threads = (guint)n;

@@ -9,6 +9,7 @@
 
 #include "config.h"
 #include "config_internal.h"
+#include "endpoint_url.h"
 #include "error.h"
 #include "log.h"
 
@@ -55,16 +56,6 @@ gboolean config_bucket_dns_compatible(const char *bucket, gboolean allow_dots)
 
 /* --- endpoint URLs ---------------------------------------------------- */
 
-static gboolean host_char_valid(char c)
-{
-	return g_ascii_isalnum(c) || c == '-' || c == '.' || c == '_';
-}
-
-static gboolean ipv6_char_valid(char c)
-{
-	return g_ascii_isxdigit(c) || c == ':' || c == '.';
-}
-
 static gboolean url_error(GError **error, const char *shown,
 			  const char *problem)
 {
@@ -74,117 +65,29 @@ static gboolean url_error(GError **error, const char *shown,
 	return FALSE;
 }
 
-/* Splits "host[:port]" and validates both; @host gets the host. */
-static gboolean endpoint_parse_authority(const char *url, const char *auth,
-					 gsize len, char **host, guint *port,
-					 GError **error)
-{
-	const char *colon = NULL;
-	gsize hlen = len;
-	guint64 n;
-	gsize i;
-
-	if (len > 0 && auth[0] == '[') {
-		const char *close = memchr(auth, ']', len);
-
-		if (!close || close == auth + 1)
-			return url_error(error, url, "invalid IPv6 address");
-		for (i = 1; auth + i < close; i++) {
-			if (!ipv6_char_valid(auth[i]))
-				return url_error(error, url,
-						 "invalid IPv6 address");
-		}
-		hlen = (gsize)(close - auth) + 1;
-		if (hlen < len && auth[hlen] != ':')
-			return url_error(error, url, "invalid IPv6 address");
-		if (hlen < len)
-			colon = auth + hlen;
-	} else {
-		colon = memchr(auth, ':', len);
-		if (colon)
-			hlen = (gsize)(colon - auth);
-		for (i = 0; i < hlen; i++) {
-			if (!host_char_valid(auth[i]))
-				return url_error(error, url,
-						 "invalid character in the "
-						 "host name");
-		}
-	}
-	if (hlen == 0)
-		return url_error(error, url, "no host");
-
-	*port = 0;
-	if (colon) {
-		g_autofree char *digits =
-			g_strndup(colon + 1, len - (gsize)(colon + 1 - auth));
-
-		if (!config_parse_uint(digits, 1, 65535, &n))
-			return url_error(error, url,
-					 "the port must be a number between "
-					 "1 and 65535");
-		*port = (guint)n;
-	}
-	*host = g_ascii_strdown(auth, (gssize)hlen);
-	return TRUE;
-}
-
-/*
- * What an error may quote of @url: all of it, unless it has an '@', which
- * may end a user:password part (itself possibly holding '/', '#' or '@'):
- * then only the scheme and what follows the last '@'.
- */
-static char *endpoint_shown(const char *url, const char *sep)
-{
-	const char *at = strrchr(url, '@');
-
-	if (!at)
-		return g_strdup(url);
-	if (!sep || sep > at)
-		return g_strdup_printf("...@%s", at + 1);
-	return g_strdup_printf("%.*s://...@%s", (int)(sep - url), url, at + 1);
-}
-
-/* Normalizes an endpoint URL into *@out. */
 gboolean config_endpoint_parse(const char *url, char **out, GError **error)
 {
-	const char *sep = strstr(url, "://");
-	g_autofree char *shown = endpoint_shown(url, sep);
-	g_autofree char *scheme = NULL;
-	g_autofree char *host = NULL;
-	const char *auth;
-	const char *rest;
-	guint port;
+	struct endpoint_url u;
+	gboolean ipv6;
 
-	if (!sep)
-		return url_error(error, shown,
-				 "expected http://HOST[:PORT] or "
-				 "https://HOST[:PORT]");
-	scheme = g_ascii_strdown(url, sep - url);
-	if (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)
-		return url_error(error, shown,
-				 "the scheme must be http or https");
-	if (strchr(url, '@'))
-		return url_error(error, shown,
-				 "a user name or password in the URL is not "
-				 "supported (credentials come from the "
-				 "environment or a profile)");
-	auth = sep + 3;
-	rest = auth + strcspn(auth, "/?#");
-	if (strpbrk(rest, "?#"))
-		return url_error(error, url, "a query is not supported");
-	if (*rest && strcmp(rest, "/") != 0)
+	if (!endpoint_url_parse(url, &u, error))
+		return FALSE;
+	if (*u.path && strcmp(u.path, "/") != 0) {
+		endpoint_url_clear(&u);
 		return url_error(error, url,
 				 "a path is not supported (give a prefix as "
 				 "s3://BUCKET/PREFIX)");
-	if (!endpoint_parse_authority(url, auth, (gsize)(rest - auth), &host,
-				      &port, error))
-		return FALSE;
-
-	if (port == 0 || (port == 80 && strcmp(scheme, "http") == 0) ||
-	    (port == 443 && strcmp(scheme, "https") == 0))
-		*out = g_strdup_printf("%s://%s", scheme, host);
+	}
+	ipv6 = strchr(u.host, ':') != NULL;
+	if (!u.port_given ||
+	    u.port == (strcmp(u.scheme, "https") == 0 ? 443u : 80u))
+		*out = g_strdup_printf("%s://%s%s%s", u.scheme, ipv6 ? "[" : "",
+				       u.host, ipv6 ? "]" : "");
 	else
-		*out = g_strdup_printf("%s://%s:%u", scheme, host, port);
+		*out = g_strdup_printf("%s://%s%s%s:%u", u.scheme,
+				       ipv6 ? "[" : "", u.host, ipv6 ? "]" : "",
+				       u.port);
+	endpoint_url_clear(&u);
 	return TRUE;
 }
 
