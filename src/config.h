@@ -149,7 +149,7 @@ struct config {
 	 */
 	char *region_source;
 
-	/* Private to config.c. */
+	/* Private to src/config*.c. */
 	char *config_file;     /* -o config=PATH, or NULL */
 	GHashTable *given;     /* option names given with -o: the file yields */
 	GPtrArray *files_read; /* of char *: the config files read */
