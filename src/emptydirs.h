@@ -8,8 +8,8 @@
  * therefore has no empty directory, yet some readers insist on one: DLIO
  * lists DATA/valid at start and dies when it is missing.  The user
  * declares such directories (paths relative to the mount's root, checked
- * by config.c), and the mount shows each one, and each directory above
- * it, wherever the index lacks them.
+ * by src/config_options.c), and the mount shows each one, and each
+ * directory above it, wherever the index lacks them.
  *
  * Why at the fs layer and not as entries built into the index: the
  * option then works whatever index the mount serves -- one listed before
@@ -38,7 +38,7 @@
 struct emptydirs;
 
 /*
- * The tree of the @paths (of char *, as config.c leaves them in
+ * The tree of the @paths (of char *, as config_options.c leaves them in
  * cfg->empty_dirs: relative, no trailing '/', valid names) under @prefix
  * ("" or ending with '/').  Copies what it needs.  Free with
  * emptydirs_free() (NULL allowed).

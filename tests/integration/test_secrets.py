@@ -451,8 +451,8 @@ class SecretsTest(unittest.TestCase):
     # -- secrets as options -----------------------------------------------
 
     def test_secret_options_refused(self):
-        """No option takes a secret (src/config.c refuses any option whose
-        name looks like one, and user:password in an endpoint URL), and the
+        """No option takes a secret (src/config_options.c refuses any option
+        whose name looks like one, and user:password in an endpoint URL), and the
         refusal does not repeat the value."""
         mnt = tempfile.mkdtemp(prefix="mnt-", dir=self.tmp)
         self.addCleanup(os.rmdir, mnt)

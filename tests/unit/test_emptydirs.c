@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * test_emptydirs - -o empty_dirs=: the paths config.c accepts and the
+ * test_emptydirs - -o empty_dirs=: the paths config_options.c accepts and the
  * errors for those it refuses (nothing taken from a bad value), and the
  * declared tree (ancestors, children in name order, keys under a prefix)
  * and its state against a real index file (shown, indexed, hidden by an
