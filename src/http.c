@@ -841,9 +841,8 @@ static void setopt_common(struct http *http, struct attempt *a, CURL *easy)
 	/* A transfer that moves no byte for stall_timeout seconds is dead:
 	 * on_progress() says so; curl's own check, later, is the backstop
 	 * (and its timer the tick that calls on_progress() while idle). */
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME,
-			 (long)MAX(1, http->stall_timeout) + 2);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, LOW_SPEED_LIMIT);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, low_speed_time(http));
 	curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(easy, CURLOPT_XFERINFODATA, a);
@@ -1038,6 +1037,11 @@ static gboolean hedgeable(struct http *http, const struct http_request *req)
 {
 	return req->hedge && req->idempotent && req->pinned < 0 &&
 	       http->endpoints->len > 1;
+}
+
+long low_speed_time(const struct http *http)
+{
+	return (long)MAX(1, http->stall_timeout) + 2;
 }
 
 /* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
@@ -2138,9 +2142,7 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 		int what = 0;
 
 		if (ev[i].data.u64 & DIRECT_TAG) {
-			struct dconn *c = g_hash_table_lookup(
-				l->dconns,
-				GINT_TO_POINTER((int)(guint32)ev[i].data.u64));
+			struct dconn *c = direct_conn_of(l, ev[i].data.u64);
 
 			/* NULL: closed by an event before it in the batch. */
 			if (c)

@@ -51,6 +51,7 @@ struct dconn {
 	struct attempt *a; /* NULL while idle (in lane->idle) */
 	GList link;
 	guint32 events; /* as registered with epoll, 0 = not */
+	guint32 gen;	/* its loop's direct_gen when it opened (epoll data) */
 };
 
 enum dstate { D_CONNECTING, D_SENDING, D_HEAD, D_BODY };
@@ -71,6 +72,10 @@ struct direct {
 	struct h1_chunked ch;
 	struct direct_addr addr; /* where its connections go */
 	gint64 connect_by;
+	/* The slow-transfer backstop's window (low_speed_time()): since
+	 * when, and a->received then. */
+	gint64 slow_at;
+	guint64 slow_from;
 	GList link; /* in loop->direct */
 };
 
@@ -232,7 +237,10 @@ static void direct_cap_curl(struct loop *l, int delta)
 static void direct_watch(struct loop *l, struct dconn *c, guint32 events)
 {
 	struct epoll_event ev = { .events = events,
-				  .data.u64 = DIRECT_TAG | (guint32)c->fd };
+				  .data.u64 = DIRECT_TAG |
+					      (guint64)c->gen
+						      << DIRECT_GEN_SHIFT |
+					      (guint32)c->fd };
 
 	if (c->events == events)
 		return;
@@ -345,6 +353,7 @@ static struct dconn *direct_open(struct loop *l, struct attempt *a)
 	}
 	c = g_new0(struct dconn, 1);
 	c->fd = fd;
+	c->gen = l->direct_gen++ & DIRECT_GEN_MASK;
 	c->lane = lane;
 	lane->sockets++;
 	direct_cap_curl(l, 1);
@@ -510,6 +519,8 @@ static void direct_send(struct loop *l, struct attempt *a)
 	}
 	a->sent = TRUE;
 	a->moved_us = g_get_monotonic_time();
+	d->slow_at = a->moved_us;
+	d->slow_from = a->received;
 	d->state = D_HEAD;
 	direct_watch(l, d->conn, EPOLLIN);
 	/* The answer may be there already. */
@@ -793,6 +804,33 @@ static gint64 direct_stall_due(const struct http *http, const struct attempt *a)
 		       : G_MAXINT64;
 }
 
+static gint64 direct_slow_due(const struct http *http, const struct attempt *a)
+{
+	return a->sent ? a->d->slow_at + low_speed_time(http) * G_USEC_PER_SEC
+		       : G_MAXINT64;
+}
+
+/*
+ * curl's low-speed check, in windows of low_speed_time() seconds: one
+ * that took in fewer than LOW_SPEED_LIMIT bytes a second ends the
+ * transfer as curl's check does; otherwise the next window starts.  A
+ * byte now and then defeats the stall clock, not this.
+ */
+static gboolean direct_too_slow(struct http *http, struct attempt *a,
+				gint64 now)
+{
+	struct direct *d = a->d;
+
+	if (now < direct_slow_due(http, a))
+		return FALSE;
+	if (a->received - d->slow_from <
+	    (guint64)(LOW_SPEED_LIMIT * low_speed_time(http)))
+		return TRUE;
+	d->slow_at = now;
+	d->slow_from = a->received;
+	return FALSE;
+}
+
 static gint64 direct_request_due(const struct http *http,
 				 const struct attempt *a)
 {
@@ -827,6 +865,13 @@ void direct_sweep(struct loop *l, gint64 now)
 			a->stalled = TRUE;
 			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
 				    "stalled");
+		} else if (direct_too_slow(http, a, now)) {
+			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, 0,
+				    "too slow: fewer than %ld bytes a second "
+				    "over the last %ld s (stall_timeout + 2), "
+				    "%" G_GUINT64_FORMAT " body bytes in",
+				    LOW_SPEED_LIMIT, low_speed_time(http),
+				    a->received);
 		} else if (now >= direct_request_due(http, a)) {
 			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, 0,
 				    "request_timeout (%.1f s) with "
@@ -843,9 +888,10 @@ gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now)
 
 	for (it = l->direct.head; it; it = it->next) {
 		struct attempt *a = it->data;
-		gint64 due = MIN(direct_connect_due(a),
-				 MIN(direct_stall_due(l->http, a),
-				     direct_request_due(l->http, a)));
+		gint64 due = MIN(
+			MIN(direct_connect_due(a), direct_slow_due(l->http, a)),
+			MIN(direct_stall_due(l->http, a),
+			    direct_request_due(l->http, a)));
 
 		if (due < G_MAXINT64)
 			ms = MIN(ms, until(due, now));
@@ -863,4 +909,16 @@ void direct_close_all(struct loop *l)
 		((struct dconn *)c)->a = NULL;
 		direct_close(l, c);
 	}
+}
+
+struct dconn *direct_conn_of(struct loop *l, guint64 data)
+{
+	struct dconn *c = g_hash_table_lookup(
+		l->dconns, GINT_TO_POINTER((int)(guint32)data));
+
+	/* A connection closed by an event before this one in the batch, and
+	 * maybe its fd number already another's: that one's gen differs. */
+	if (!c || c->gen != (guint32)(data >> DIRECT_GEN_SHIFT))
+		return NULL;
+	return c;
 }

@@ -21,8 +21,16 @@
 #define LATENCY_RING 1024 /* successful attempts kept per endpoint */
 #define HEDGE_RING   256  /* hedged requests kept for their p95 */
 #define STAGE_RING   1024 /* requests kept for their stage times */
+/* The slow-transfer backstop, curl's CURLOPT_LOW_SPEED_LIMIT and
+ * LOW_SPEED_TIME: fewer than LOW_SPEED_LIMIT bytes a second over
+ * low_speed_time() seconds ends a transfer, on either path. */
+#define LOW_SPEED_LIMIT 1L
 /* The direct receive path (http_direct.c). */
-#define DIRECT_TAG	   (G_GUINT64_CONSTANT(1) << 32) /* in epoll data */
+/* A direct connection's epoll data: DIRECT_TAG, its generation above it
+ * (struct dconn's gen), its fd below. */
+#define DIRECT_TAG	   (G_GUINT64_CONSTANT(1) << 32)
+#define DIRECT_GEN_SHIFT   33
+#define DIRECT_GEN_MASK	   0x7fffffffu
 #define DIRECT_ADDR_TTL_US (60 * G_USEC_PER_SEC) /* curl's DNS cache's */
 
 struct bufpool;
@@ -114,6 +122,7 @@ struct loop {
 	GPtrArray *add_failed;	/* attempts curl_multi_add_handle() refused */
 	GHashTable *dconns;	/* direct connections: fd -> struct dconn */
 	guint direct_sockets;	/* of them */
+	guint32 direct_gen;	/* the next direct connection's generation */
 	long curl_cap;		/* CURLMOPT_MAX_TOTAL_CONNECTIONS: the slots
 				 * the direct connections leave */
 	gboolean curl_squeezed; /* curl keeps one idle connection per
@@ -279,6 +288,10 @@ gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
 /* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
 void curl_register(struct loop *l, struct attempt *a);
 
+/* The backstop's window, in seconds: just past stall_timeout, so that a
+ * full stall is on_progress()'s (or the direct path's) to report. */
+long low_speed_time(const struct http *http);
+
 /* Milliseconds from @now to @due (monotonic us), rounded up, >= 0. */
 gint64 until(gint64 due, gint64 now);
 
@@ -313,6 +326,10 @@ gboolean direct_make_room(struct loop *l);
 
 /* A socket event on the direct connection @c (from l->dconns). */
 void direct_event(struct loop *l, struct dconn *c, guint32 events);
+
+/* The direct connection an epoll event with @data is for, or NULL when it
+ * is gone (a reused fd number with another generation is another's). */
+struct dconn *direct_conn_of(struct loop *l, guint64 data);
 
 /* Deadlines and cancels of the direct path's attempts. */
 void direct_sweep(struct loop *l, gint64 now);
