@@ -2135,6 +2135,7 @@ static void socket_action(struct loop *l, curl_socket_t fd, int what)
 static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 {
 	long ms = -1;
+	gint64 now;
 	guint j, nfd;
 	int i;
 
@@ -2181,8 +2182,10 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 	curl_multi_timeout(l->multi, &ms);
 	if (ms == 0)
 		socket_action(l, CURL_SOCKET_TIMEOUT, 0);
+	now = g_get_monotonic_time();
 	if (l->direct.length)
-		direct_sweep(l, g_get_monotonic_time());
+		direct_sweep(l, now);
+	direct_expire_idle(l, now);
 }
 
 static gpointer event_thread(gpointer data)

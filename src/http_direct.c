@@ -25,6 +25,9 @@
 #include "log.h"
 
 #define DIRECT_SCRATCH (64u << 10)
+/* An idle connection older than this is closed, never reused: curl's
+ * CURLOPT_MAXAGE_CONN default, the age curl's own idle ones reach. */
+#define DIRECT_IDLE_MAX_US (118 * G_USEC_PER_SEC)
 
 /*
  * A GET to a plain-HTTP endpoint whose address curl has found (and
@@ -52,6 +55,7 @@ struct dconn {
 	GList link;
 	guint32 events; /* as registered with epoll, 0 = not */
 	guint32 gen;	/* its loop's direct_gen when it opened (epoll data) */
+	gint64 idle_at; /* when it last went idle */
 };
 
 enum dstate { D_CONNECTING, D_SENDING, D_HEAD, D_BODY };
@@ -301,9 +305,11 @@ static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
 		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
 
 		link->data = NULL;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    g_get_monotonic_time() - c->idle_at < DIRECT_IDLE_MAX_US)
 			return c;
-		/* Closed by the server, or it sent what nobody asked. */
+		/* Closed by the server, it sent what nobody asked, or it
+		 * is past DIRECT_IDLE_MAX_US. */
 		direct_close(l, c);
 	}
 	return NULL;
@@ -400,6 +406,7 @@ static void direct_end(struct loop *l, struct attempt *a, CURLcode rc,
 		c->a = NULL;
 		d->conn = NULL;
 		c->link.data = c;
+		c->idle_at = g_get_monotonic_time();
 		g_queue_push_tail_link(&c->lane->idle, &c->link);
 		direct_watch(l, c, EPOLLIN | EPOLLRDHUP);
 	}
@@ -921,4 +928,19 @@ struct dconn *direct_conn_of(struct loop *l, guint64 data)
 	if (!c || c->gen != (guint32)(data >> DIRECT_GEN_SHIFT))
 		return NULL;
 	return c;
+}
+
+void direct_expire_idle(struct loop *l, gint64 now)
+{
+	guint i;
+
+	for (i = 0; i < l->http->endpoints->len; i++) {
+		GList *oldest;
+
+		/* Oldest first: the queue is in the order they went idle. */
+		while ((oldest = l->lanes[i].idle.head) &&
+		       now - ((struct dconn *)oldest->data)->idle_at >=
+			       DIRECT_IDLE_MAX_US)
+			direct_close(l, oldest->data);
+	}
 }

@@ -334,6 +334,10 @@ struct dconn *direct_conn_of(struct loop *l, guint64 data);
 /* Deadlines and cancels of the direct path's attempts. */
 void direct_sweep(struct loop *l, gint64 now);
 
+/* Closes @l's idle direct connections that have been idle too long (118 s,
+ * curl's own limit for its idle connections).  Cheap: call it each turn. */
+void direct_expire_idle(struct loop *l, gint64 now);
+
 /* Until the direct path's next deadline, in ms, at most @ms. */
 gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
 
