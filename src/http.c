@@ -49,6 +49,7 @@
 #include "error.h"
 #include "h1.h"
 #include "http.h"
+#include "http_internal.h"
 #include "log.h"
 #include "version.h"
 
@@ -59,11 +60,8 @@
 #define UNWATCHED_POLL_MS     10 /* a socket epoll refused: see on_socket() */
 #define EPOLL_BATCH	      64 /* socket events taken per epoll_wait() */
 #define ERROR_BODY_LIMIT      (64u << 10)
-#define LATENCY_RING	      1024  /* successful attempts kept per endpoint */
-#define HEDGE_RING	      256   /* hedged requests kept for their p95 */
-#define STAGE_RING	      1024  /* requests kept for their stage times */
-#define TICK_US		      10000 /* the ramp-up's tick */
-#define EWMA_WEIGHT	      0.2   /* of the newest latency */
+#define TICK_US		      10000	     /* the ramp-up's tick */
+#define EWMA_WEIGHT	      0.2	     /* of the newest latency */
 #define EWMA_HALF_LIFE_US     G_USEC_PER_SEC /* of a latency not renewed */
 #define DONE_THREADS	      2 /* at least, run done(): see struct completion */
 #define RECORD_LEN	      32 /* outcomes kept for the success rate */
@@ -77,232 +75,6 @@
 #define BUDGET_MAX	   100.0
 #define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
 #define BUDGET_REFILL	   10.0 /* earned per second regardless */
-/* The direct receive path (see "-- the direct receive path --"). */
-#define DIRECT_TAG	   (G_GUINT64_CONSTANT(1) << 32) /* in epoll data */
-#define DIRECT_ADDR_TTL_US (60 * G_USEC_PER_SEC) /* curl's DNS cache's */
-#define DIRECT_SCRATCH	   (64u << 10)
-
-struct endpoint {
-	struct http_endpoint pub;
-	char *url;
-	char *scheme;
-	char *host;
-	char *hostport;
-
-	/* All protected by http->lock. */
-	double ewma_us;	   /* recent attempt latency, 0 = unknown */
-	gint64 ewma_at;	   /* when it was last renewed */
-	guint streak;	   /* consecutive failures */
-	gboolean probing;  /* the probe attempt is running */
-	gint64 ejected_at; /* monotonic */
-	gint64 probe_at;   /* when the cool-off ends */
-	guint32 record;	   /* the last outcomes, newest in bit 0: 1 = ok */
-	guint record_len;  /* <= RECORD_LEN */
-	guint inflight;	   /* attempts running there, on any loop */
-	gboolean ejected;
-	guint64 requests;
-	guint64 bytes;
-	guint64 errors;
-	guint64 hedges;
-	guint64 ejections;
-	guint64 direct; /* answers of the direct receive path */
-	/* The address curl last connected to for a request, for the direct
-	 * path: good for DIRECT_ADDR_TTL_US, and for @addr_host only. */
-	struct sockaddr_storage addr;
-	socklen_t addr_len;
-	gint64 addr_at; /* 0 = none */
-	char *addr_host;
-	guint32 latency_us[LATENCY_RING]; /* a ring */
-	guint latency_len;
-	guint latency_pos;
-};
-
-/*
- * One endpoint as one loop's connection cache sees it.  Loop thread only
- * (and the thread of http_free() once the loops are gone, when curl
- * closes the idle connections).
- */
-struct lane {
-	struct loop *loop;
-	guint sockets;	/* open: curl's (its socket callbacks) and direct */
-	guint inflight; /* this loop's attempts running there */
-	GQueue idle;	/* direct connections idle, of struct dconn */
-};
-
-/*
- * An event thread and its multi handle.  The loop waits in epoll_wait()
- * on the sockets curl asks for (on_socket()) and on its wake-up eventfd,
- * and hands curl only the socket that is ready (curl_multi_socket_action),
- * so a wake-up costs the same with 2 or 200 transfers in flight:
- * curl_multi_poll() built and polled the whole set, and
- * curl_multi_perform() visited every transfer, at each one.
- */
-struct loop {
-	struct http *http;
-	guint index;
-	CURLM *multi;
-	GThread *thread;
-	int epfd;	 /* the loop's sockets and wake_fd; -1 until set up */
-	int wake_fd;	 /* eventfd: submissions and the shutdown */
-	gint wake_armed; /* atomic: a wake-up is on its way, skip another */
-	guint slots;	 /* its slice of max_connections; immutable */
-	struct lane *lanes; /* one per endpoint */
-
-	/* Protected by http->lock. */
-	GQueue inbox;  /* admitted here, not yet taken */
-	guint running; /* transfers running, <= slots; written by the loop */
-	guint queued;  /* inbox + ready: requests waiting for a slot here */
-
-	/* The loop's own. */
-	GQueue ready;	       /* requests waiting for a slot, FIFO */
-	GQueue waiting;	       /* requests in backoff, sorted by due_us */
-	GQueue hedge_wait;     /* attempts that may be hedged, by start_us */
-	GHashTable *live;      /* every request taken and not yet done */
-	GPtrArray *spare_easy; /* easy handles for later attempts */
-	gboolean ramp_blocked;
-	gboolean hedge_blocked;
-	GRand *rand;		/* backoff jitter */
-	GHashTable *unwatched;	/* sockets epoll refused: polled by hand */
-	GPtrArray *add_failed;	/* attempts curl_multi_add_handle() refused */
-	GHashTable *dconns;	/* direct connections: fd -> struct dconn */
-	guint direct_sockets;	/* of them */
-	long curl_cap;		/* CURLMOPT_MAX_TOTAL_CONNECTIONS: the slots
-				 * the direct connections leave */
-	gboolean curl_squeezed; /* curl keeps one idle connection per
-				 * endpoint (direct_squeeze_curl()) */
-	GQueue direct;		/* attempts running on the direct path */
-	GPtrArray *ddone;	/* direct attempts ended, for reap() */
-};
-
-/*
- * GLib's futex-based GMutex is invisible to ThreadSanitizer, and these
- * locks are taken by every submitting thread, so they are pthread mutexes.
- */
-struct http {
-	GPtrArray *endpoints; /* of struct endpoint *, immutable */
-	struct loop *loops;   /* nloops of them, immutable */
-	guint nloops;
-	char *ca_file;
-	char *user_agent;
-	double connect_timeout;
-	double stall_timeout;
-	double request_timeout;
-	gboolean direct; /* http_options.direct_receive, and no proxy */
-	double backoff_base;
-	double backoff_max;
-	guint max_attempts;
-	gint64 retry_deadline_us; /* 0 = none */
-	guint max_connections;
-	guint eject_after;
-	gint64 cooloff_us;
-	gint64 hedge_min_us;
-	guint ramp_per_tick;
-
-	pthread_mutex_t lock; /* see the top of this file */
-	double budget;	      /* protected by lock: retry tokens, may be < 0 */
-	gint64 budget_at;     /* protected by lock: its last refill */
-	GQueue pending;	      /* protected by lock: FIFO, no loop had room */
-	gboolean stopping;    /* protected by lock */
-	gboolean closed;      /* protected by lock: submissions are cancelled */
-	guint rotate; /* protected by lock: the next tie-break's start */
-	gint64 tick;  /* protected by lock: the ramp-up's current tick */
-	guint tokens; /* protected by lock: connections left this tick */
-	GRand *rand;  /* protected by lock: the ramp's jitter */
-	guint32 hedge_us[HEDGE_RING]; /* protected by lock: a ring of
-				       * hedged requests' latency */
-	guint hedge_len;	      /* protected by lock */
-	guint hedge_pos;	      /* protected by lock */
-	gint64 hedge_delay_us;	      /* protected by lock: cached */
-	gint64 hedge_due_us; /* protected by lock: when to compute it again,
-			      * 0 = not needed */
-	/* Protected by lock: rings of successful requests' stage times
-	 * (http_get_stage_stats()). */
-	guint32 stage_us[HTTP_STAGES][STAGE_RING];
-	guint stage_len, stage_pos;
-
-	/* Finished requests wait here for a done thread. */
-	pthread_mutex_t done_lock;
-	pthread_cond_t done_cond;
-	GQueue done_queue;  /* of struct completion *; under done_lock */
-	gboolean done_stop; /* under done_lock: exit once the queue is empty */
-	pthread_t *done_threads; /* ndone of them, immutable */
-	guint ndone;
-	guint done_started;
-	struct bufpool *bodies;	       /* response bodies, any thread */
-	struct bufpool *shared_bodies; /* those of shareable requests */
-};
-
-struct attempt {
-	struct http *http;
-	struct loop *loop;
-	struct http_request *req;
-	struct endpoint *ep;
-	CURL *easy;	  /* NULL on the direct path */
-	struct direct *d; /* the direct path's, while it runs there */
-	gboolean direct;  /* it ran on the direct path */
-	int os_errno;	  /* the direct path's */
-	struct curl_slist *req_headers;
-	struct bufpool_buf *body;
-	GHashTable *headers;
-	gint64 start_us;
-	gint64 head_us;	  /* when its (last) status line arrived */
-	guint64 received; /* body bytes, kept or not */
-	long status;
-	gboolean overflow;
-	gboolean hedge;	     /* the duplicate of its round */
-	gboolean probe;	     /* the probe of an ejected endpoint */
-	gboolean on_ejected; /* started while its endpoint was ejected */
-	gpointer tag;	     /* from prepare() */
-	/* The stall clock (on_progress()): when a byte last moved, what had. */
-	gint64 moved_us;
-	curl_off_t moved_dl, moved_ul;
-	gboolean sent;	    /* the request is on its way */
-	gboolean stalled;   /* aborted by it */
-	gboolean cancelled; /* aborted by on_progress(): http_cancel_set() */
-	CURLcode rc;	    /* how its transfer ended */
-	gboolean ranged;    /* it asks for a Range */
-	long body_status;   /* the status its body came with */
-	GList hedge_link;   /* in loop->hedge_wait when data is set */
-	char errbuf[CURL_ERROR_SIZE];
-};
-
-struct http_request {
-	char *method;
-	char *what;
-	http_prepare_fn prepare;
-	http_judge_fn judge;
-	http_done_fn done;
-	void *data;
-	GDestroyNotify data_free;
-	gboolean idempotent;
-	gboolean hedge;
-	gboolean quick_done; /* on success, done() on the event thread */
-	gboolean shareable;  /* body from shared_bodies */
-	gsize body_limit;
-	gsize body_reserve;
-	GBytes *upload;
-	int pinned;		    /* endpoint index or -1 */
-	guint max_attempts;	    /* 0 = the engine's */
-	struct http_cancel *cancel; /* NULL: none */
-	gint64 submit_us;	    /* http_submit() */
-
-	/* Its loop's only, once taken (before: under http->lock). */
-	struct loop *loop; /* the one it lives on, NULL until taken */
-	guint attempt;	   /* the round */
-	guint unreachable; /* rounds that reached no endpoint or stalled, not
-			    * counted in max_attempts (retry_deadline) */
-	guint silent;	   /* of those, the stalled ones */
-	guint range_200;   /* 200s to its Range too big for its body */
-	gint64 start_us;
-	gint64 round_us;
-	gint64 due_us;
-	struct endpoint *last_ep;
-	struct endpoint *last_failed;
-	struct attempt *running[2]; /* the round's primary and duplicate */
-	struct attempt *failed;	    /* finished badly while its twin runs */
-	enum http_verdict failed_verdict;
-	GError *failed_error;
-};
 
 /*
  * A finished request on its way to done().  done() runs on one of the
@@ -395,7 +167,7 @@ static struct endpoint *endpoint_at(struct http *http, guint i)
 	return g_ptr_array_index(http->endpoints, i);
 }
 
-static struct lane *lane_of(struct loop *l, const struct endpoint *ep)
+struct lane *lane_of(struct loop *l, const struct endpoint *ep)
 {
 	return &l->lanes[ep->pub.index];
 }
@@ -816,8 +588,6 @@ static void easy_put(struct loop *l, CURL *easy)
 }
 
 /* Lets go of @a's transfer, on its loop's thread. */
-static void direct_drop(struct loop *l, struct attempt *a);
-
 static void attempt_drop_transfer(struct attempt *a)
 {
 	if (!a)
@@ -868,15 +638,14 @@ const char *http_response_header(const struct http_response *resp,
 /* -- curl callbacks (the attempt's loop) -------------------------------- */
 
 /* Whether a body of @status is an error document, kept only in part. */
-static gboolean error_document(long status)
+gboolean error_document(long status)
 {
 	return status < 200 || status >= 300;
 }
 
 /* @n bytes of @a's body, which came with @status: FALSE when they overflow
  * the body's limit (the transfer must end). */
-static gboolean body_take(struct attempt *a, long status, const char *p,
-			  gsize n)
+gboolean body_take(struct attempt *a, long status, const char *p, gsize n)
 {
 	a->received += n;
 	if (error_document(status)) {
@@ -907,7 +676,7 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *userdata)
 	return body_take(a, status, ptr, n) ? n : 0;
 }
 
-static size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
+size_t on_header(char *buf, size_t size, size_t nitems, void *userdata)
 {
 	struct attempt *a = userdata;
 	size_t n = size * nitems;
@@ -1072,9 +841,8 @@ static void setopt_common(struct http *http, struct attempt *a, CURL *easy)
 	/* A transfer that moves no byte for stall_timeout seconds is dead:
 	 * on_progress() says so; curl's own check, later, is the backstop
 	 * (and its timer the tick that calls on_progress() while idle). */
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, 1L);
-	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME,
-			 (long)MAX(1, http->stall_timeout) + 2);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_LIMIT, LOW_SPEED_LIMIT);
+	curl_easy_setopt(easy, CURLOPT_LOW_SPEED_TIME, low_speed_time(http));
 	curl_easy_setopt(easy, CURLOPT_NOPROGRESS, 0L);
 	curl_easy_setopt(easy, CURLOPT_XFERINFOFUNCTION, on_progress);
 	curl_easy_setopt(easy, CURLOPT_XFERINFODATA, a);
@@ -1271,8 +1039,13 @@ static gboolean hedgeable(struct http *http, const struct http_request *req)
 	       http->endpoints->len > 1;
 }
 
+long low_speed_time(const struct http *http)
+{
+	return (long)MAX(1, http->stall_timeout) + 2;
+}
+
 /* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
-static gboolean curl_setup(struct loop *l, struct attempt *a, const char *url)
+gboolean curl_setup(struct loop *l, struct attempt *a, const char *url)
 {
 	a->easy = easy_get(l);
 	if (!a->easy)
@@ -1283,15 +1056,6 @@ static gboolean curl_setup(struct loop *l, struct attempt *a, const char *url)
 	curl_easy_setopt(a->easy, CURLOPT_HTTPHEADER, a->req_headers);
 	return TRUE;
 }
-
-struct direct_addr {
-	struct sockaddr_storage ss;
-	socklen_t len; /* 0: none, the attempt is curl's */
-};
-
-static struct direct *direct_new(struct http *http, const char *url,
-				 GPtrArray *headers,
-				 const struct direct_addr *addr);
 
 /* A new attempt at @url, on the direct path to @addr when it has one
  * (direct_usable()), else on curl; NULL when curl has no handle. */
@@ -1370,9 +1134,7 @@ static void unbook(struct loop *l, struct endpoint *ep, gboolean probe)
 		ep->probing = FALSE;
 }
 
-static gboolean direct_make_room(struct loop *l);
-
-static void curl_register(struct loop *l, struct attempt *a)
+void curl_register(struct loop *l, struct attempt *a)
 {
 	CURLMcode mc;
 
@@ -1389,8 +1151,6 @@ static void curl_register(struct loop *l, struct attempt *a)
 	}
 }
 
-static void direct_begin(struct loop *l, struct attempt *a);
-
 static void attempt_register(struct loop *l, struct attempt *a)
 {
 	struct http_request *req = a->req;
@@ -1404,838 +1164,6 @@ static void attempt_register(struct loop *l, struct attempt *a)
 		direct_begin(l, a);
 	else
 		curl_register(l, a);
-}
-
-static gint64 until(gint64 due, gint64 now);
-
-/* -- the direct receive path -------------------------------------------- */
-
-/*
- * A GET to a plain-HTTP endpoint whose address curl has found (and
- * connected to, within DIRECT_ADDR_TTL_US) runs on a connection of the
- * loop's own instead of curl's: the request is written by hand, the head
- * parsed by h1.h, and a body framed by Content-Length is received by
- * recv() straight into the body's buffer, where curl would have taken
- * every byte through its own buffer first (docs/PERFORMANCE.md).
- * Everything else stays curl's: HTTPS, proxies, other methods, and any
- * attempt whose connection cannot be opened (refused, unreachable, no
- * room in the budget): it falls back to curl at once, which reports the
- * failure its own way.  The connections count in the lanes' sockets and
- * the loop's slice of the budget; an idle one is closed when curl, or
- * the direct path, needs its room.  A failure once the request is on its
- * way ends the attempt like curl's would (the same CURLcode, so that
- * judging, retries and health do not tell the paths apart), with its own
- * text (transport_error()).
- */
-
-/* A connection of the direct path. */
-struct dconn {
-	int fd;
-	struct lane *lane;
-	struct attempt *a; /* NULL while idle (in lane->idle) */
-	GList link;
-	guint32 events; /* as registered with epoll, 0 = not */
-};
-
-enum dstate { D_CONNECTING, D_SENDING, D_HEAD, D_BODY };
-
-struct direct {
-	struct dconn *conn;
-	char *url;
-	GString *req;  /* the request's bytes */
-	gsize req_off; /* of them sent */
-	enum dstate state;
-	gboolean reused;   /* the connection carried a request before */
-	gboolean retried;  /* on a new connection after a reused one died */
-	gboolean any_byte; /* of the response came */
-	char *head;
-	gsize head_len, head_cap;
-	struct h1_head h;
-	guint64 left; /* H1_LENGTH: body bytes to come */
-	struct h1_chunked ch;
-	struct direct_addr addr; /* where its connections go */
-	gint64 connect_by;
-	GList link; /* in loop->direct */
-};
-
-/* The authority of an http:// @url ("host[:port]"), and its length. */
-static const char *url_authority(const char *url, gsize *len)
-{
-	const char *a = url + strlen("http://");
-
-	*len = strcspn(a, "/?#");
-	return a;
-}
-
-/* Where @req may run on the direct path to @ep at @url: @out's length
- * is 0 when it may not. */
-static void direct_usable(struct http *http, const struct http_request *req,
-			  struct endpoint *ep, const char *url,
-			  struct direct_addr *out)
-{
-	gint64 now = g_get_monotonic_time();
-	const char *host;
-	gsize len;
-
-	out->len = 0;
-	if (!http->direct || strcmp(req->method, "GET") != 0 || req->upload ||
-	    g_ascii_strncasecmp(url, "http://", 7) != 0)
-		return;
-	host = url_authority(url, &len);
-	pthread_mutex_lock(&http->lock);
-	if (ep->addr_at && now - ep->addr_at < DIRECT_ADDR_TTL_US &&
-	    ep->addr_host && strlen(ep->addr_host) == len &&
-	    !g_ascii_strncasecmp(ep->addr_host, host, len)) {
-		out->ss = ep->addr;
-		out->len = ep->addr_len;
-	}
-	pthread_mutex_unlock(&http->lock);
-}
-
-/* After curl's successful @a: the address it connected to. */
-static void direct_learn(struct http *http, struct attempt *a)
-{
-	struct sockaddr_storage ss = { 0 };
-	socklen_t len = 0;
-	char *ip = NULL, *url = NULL;
-	long port = 0;
-	const char *host;
-	gsize hlen;
-
-	if (!http->direct || strcmp(a->ep->scheme, "http") != 0 ||
-	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK ||
-	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_PORT, &port) !=
-		    CURLE_OK ||
-	    curl_easy_getinfo(a->easy, CURLINFO_EFFECTIVE_URL, &url) !=
-		    CURLE_OK ||
-	    !ip || !*ip || !url || port <= 0 || port > 65535 ||
-	    g_ascii_strncasecmp(url, "http://", 7) != 0)
-		return;
-	if (strchr(ip, ':')) {
-		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
-
-		if (inet_pton(AF_INET6, ip, &s6->sin6_addr) != 1)
-			return;
-		s6->sin6_family = AF_INET6;
-		s6->sin6_port = htons((guint16)port);
-		len = sizeof(*s6);
-	} else {
-		struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
-
-		if (inet_pton(AF_INET, ip, &s4->sin_addr) != 1)
-			return;
-		s4->sin_family = AF_INET;
-		s4->sin_port = htons((guint16)port);
-		len = sizeof(*s4);
-	}
-	host = url_authority(url, &hlen);
-	pthread_mutex_lock(&http->lock);
-	a->ep->addr = ss;
-	a->ep->addr_len = len;
-	a->ep->addr_at = g_get_monotonic_time();
-	if (!a->ep->addr_host || strlen(a->ep->addr_host) != hlen ||
-	    strncmp(a->ep->addr_host, host, hlen) != 0) {
-		g_free(a->ep->addr_host);
-		a->ep->addr_host = g_strndup(host, hlen);
-	}
-	pthread_mutex_unlock(&http->lock);
-}
-
-/* The endpoint's address is not to be used until curl connects again. */
-static void direct_forget(struct http *http, struct endpoint *ep)
-{
-	pthread_mutex_lock(&http->lock);
-	ep->addr_at = 0;
-	pthread_mutex_unlock(&http->lock);
-}
-
-static struct direct *direct_new(struct http *http, const char *url,
-				 GPtrArray *headers,
-				 const struct direct_addr *addr)
-{
-	struct direct *d = g_new0(struct direct, 1);
-	const char *target;
-	gsize alen;
-	guint i;
-
-	d->addr = *addr;
-	d->url = g_strdup(url);
-	target = url_authority(url, &alen) + alen;
-	d->req = g_string_sized_new(512);
-	g_string_append_printf(d->req, "GET %s%s HTTP/1.1\r\nHost: %.*s\r\n",
-			       *target == '/' ? "" : "/", target, (int)alen,
-			       url + strlen("http://"));
-	g_string_append_printf(d->req, "User-Agent: %s\r\nAccept: */*\r\n",
-			       http->user_agent);
-	for (i = 0; i < headers->len; i++) {
-		const char *h = g_ptr_array_index(headers, i);
-		const char *colon = strchr(h, ':');
-
-		/* curl's "Name:" takes a header out; none is ours to add. */
-		if (!colon || !colon[1 + strspn(colon + 1, " \t")])
-			continue;
-		g_string_append_printf(d->req, "%s\r\n", h);
-	}
-	g_string_append(d->req, "\r\n");
-	return d;
-}
-
-static guint loop_sockets(const struct loop *l)
-{
-	guint i, n = 0;
-
-	for (i = 0; i < l->http->endpoints->len; i++)
-		n += l->lanes[i].sockets;
-	return n;
-}
-
-/*
- * curl counts only its own sockets against CURLMOPT_MAX_TOTAL_CONNECTIONS:
- * capped at the slots the direct connections leave, it closes one of its
- * idle connections (to any endpoint) or waits for one of its transfers,
- * instead of opening past the loop's slice.  At least 1: a curl transfer
- * starts only with a slot free (start_ready()), and direct_make_room()
- * first closes an idle direct connection for it.
- */
-static void direct_cap_curl(struct loop *l, int delta)
-{
-	long cap;
-
-	l->direct_sockets += delta;
-	cap = MAX(1, (long)l->slots - (long)l->direct_sockets);
-	if (cap != l->curl_cap && l->multi) {
-		curl_multi_setopt(l->multi, CURLMOPT_MAX_TOTAL_CONNECTIONS,
-				  cap);
-		l->curl_cap = cap;
-	}
-}
-
-static void direct_watch(struct loop *l, struct dconn *c, guint32 events)
-{
-	struct epoll_event ev = { .events = events,
-				  .data.u64 = DIRECT_TAG | (guint32)c->fd };
-
-	if (c->events == events)
-		return;
-	if (epoll_ctl(l->epfd, c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd,
-		      &ev) == 0)
-		c->events = events;
-	else
-		/* Swept instead: its deadlines still end it. */
-		log_msg(LOG_LEVEL_WARNING, "epoll_ctl of socket %d: %s", c->fd,
-			g_strerror(errno));
-}
-
-static void direct_close(struct loop *l, struct dconn *c)
-{
-	if (c->events)
-		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
-	if (!c->a && c->link.data)
-		g_queue_unlink(&c->lane->idle, &c->link);
-	g_hash_table_remove(l->dconns, GINT_TO_POINTER(c->fd));
-	close(c->fd);
-	if (c->lane->sockets > 0)
-		c->lane->sockets--;
-	direct_cap_curl(l, -1);
-	g_free(c);
-}
-
-/* Closes the oldest idle direct connection of @l: FALSE if none is. */
-static gboolean direct_close_idle(struct loop *l)
-{
-	guint i;
-
-	for (i = 0; i < l->http->endpoints->len; i++) {
-		GList *oldest = l->lanes[i].idle.head;
-
-		if (oldest) {
-			direct_close(l, oldest->data);
-			return TRUE;
-		}
-	}
-	return FALSE;
-}
-
-/* Before a socket opens: at the loop's slice, an idle direct one goes.
- * FALSE: the slice is full of sockets in use, or curl's. */
-static gboolean direct_make_room(struct loop *l)
-{
-	return loop_sockets(l) < l->slots || direct_close_idle(l);
-}
-
-/* An idle connection @a's lane can reuse, or NULL. */
-static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
-{
-	GList *link;
-
-	while ((link = g_queue_pop_tail_link(&lane->idle))) {
-		struct dconn *c = link->data;
-		char b;
-		ssize_t n = recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-
-		link->data = NULL;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return c;
-		/* Closed by the server, or it sent what nobody asked. */
-		direct_close(l, c);
-	}
-	return NULL;
-}
-
-/*
- * The direct path found the loop's slice full.  curl keeps its idle
- * connections (up to the slice) and would reuse them for every attempt
- * that falls back, so they would hold the slice for good: from now on it
- * keeps one idle connection per endpoint, and closes the oldest idle one
- * each time a transfer of its own ends, until the direct path has room.
- */
-static void direct_squeeze_curl(struct loop *l)
-{
-	if (l->curl_squeezed)
-		return;
-	l->curl_squeezed = TRUE;
-	curl_multi_setopt(l->multi, CURLMOPT_MAXCONNECTS,
-			  (long)l->http->endpoints->len);
-}
-
-/* A new connection of @a's, connecting; NULL with errno. */
-static struct dconn *direct_open(struct loop *l, struct attempt *a)
-{
-	const struct direct_addr *addr = &a->d->addr;
-	struct lane *lane = lane_of(l, a->ep);
-	struct dconn *c;
-	int fd, one = 1, e;
-
-	if (!direct_make_room(l)) {
-		direct_squeeze_curl(l);
-		errno = EMFILE; /* the budget's slice is full */
-		return NULL;
-	}
-	fd = socket(addr->ss.ss_family,
-		    SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, IPPROTO_TCP);
-	if (fd < 0)
-		return NULL;
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
-	if (connect(fd, (const struct sockaddr *)&addr->ss, addr->len) != 0 &&
-	    errno != EINPROGRESS) {
-		e = errno;
-		close(fd);
-		errno = e;
-		return NULL;
-	}
-	c = g_new0(struct dconn, 1);
-	c->fd = fd;
-	c->lane = lane;
-	lane->sockets++;
-	direct_cap_curl(l, 1);
-	g_hash_table_insert(l->dconns, GINT_TO_POINTER(fd), c);
-	return c;
-}
-
-static void direct_free(struct direct *d)
-{
-	if (!d)
-		return;
-	g_free(d->url);
-	g_string_free(d->req, TRUE);
-	g_free(d->head);
-	g_free(d);
-}
-
-/* Lets go of @a's direct transfer: its connection, unless it went back
- * idle, is closed mid-response. */
-static void direct_drop(struct loop *l, struct attempt *a)
-{
-	struct direct *d = g_steal_pointer(&a->d);
-
-	if (!d)
-		return;
-	if (d->conn) {
-		d->conn->a = NULL;
-		direct_close(l, d->conn);
-	}
-	if (d->link.data)
-		g_queue_unlink(&l->direct, &d->link);
-	direct_free(d);
-}
-
-/* @a ends with @rc (reap() judges it); its connection goes back idle when
- * it is clean and the server keeps it, else it is closed. */
-static void direct_end(struct loop *l, struct attempt *a, CURLcode rc,
-		       gboolean reusable)
-{
-	struct direct *d = a->d;
-	struct dconn *c = d->conn;
-
-	if (rc == CURLE_OK && reusable && c) {
-		c->a = NULL;
-		d->conn = NULL;
-		c->link.data = c;
-		g_queue_push_tail_link(&c->lane->idle, &c->link);
-		direct_watch(l, c, EPOLLIN | EPOLLRDHUP);
-	}
-	direct_drop(l, a);
-	a->rc = rc;
-	g_ptr_array_add(l->ddone, a);
-}
-
-static void G_GNUC_PRINTF(5, 6)
-	direct_fail(struct loop *l, struct attempt *a, CURLcode rc, int err,
-		    const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	g_vsnprintf(a->errbuf, CURL_ERROR_SIZE, fmt, ap);
-	va_end(ap);
-	a->os_errno = err;
-	direct_end(l, a, rc, FALSE);
-}
-
-static void direct_send(struct loop *l, struct attempt *a);
-
-/* Starts @a's request on a connection: an idle one, or a new one. */
-static gboolean direct_connect(struct loop *l, struct attempt *a,
-			       gboolean reuse)
-{
-	struct direct *d = a->d;
-	struct dconn *c = reuse ? direct_take_idle(l, lane_of(l, a->ep)) : NULL;
-
-	d->reused = c != NULL;
-	d->req_off = 0;
-	d->head_len = 0;
-	d->any_byte = FALSE;
-	if (!c) {
-		c = direct_open(l, a);
-		if (!c)
-			return FALSE;
-		d->state = D_CONNECTING;
-		d->connect_by =
-			g_get_monotonic_time() +
-			(gint64)(l->http->connect_timeout * G_USEC_PER_SEC);
-	} else {
-		d->state = D_SENDING;
-	}
-	c->a = a;
-	d->conn = c;
-	if (d->state == D_CONNECTING)
-		direct_watch(l, c, EPOLLOUT | EPOLLIN);
-	else
-		direct_send(l, a);
-	return TRUE;
-}
-
-/* @a goes to curl after all, as a new transfer of the same round. */
-static void direct_fallback(struct loop *l, struct attempt *a)
-{
-	g_autofree char *url = g_steal_pointer(&a->d->url);
-
-	direct_drop(l, a);
-	a->direct = FALSE;
-	a->sent = FALSE; /* curl's stall clock starts with its request */
-	if (!curl_setup(l, a, url)) {
-		g_strlcpy(a->errbuf, "curl_easy_init failed", CURL_ERROR_SIZE);
-		g_ptr_array_add(l->add_failed, a);
-		return;
-	}
-	curl_register(l, a);
-}
-
-static void direct_begin(struct loop *l, struct attempt *a)
-{
-	a->d->link.data = a;
-	g_queue_push_tail_link(&l->direct, &a->d->link);
-	if (!direct_connect(l, a, TRUE))
-		direct_fallback(l, a);
-}
-
-/* The connection died before any byte of the response: a reused one
- * (the server closed it while idle) is replaced once, as curl does. */
-static gboolean direct_retry(struct loop *l, struct attempt *a)
-{
-	struct direct *d = a->d;
-
-	if (!d->reused || d->retried || d->any_byte)
-		return FALSE;
-	d->retried = TRUE;
-	d->conn->a = NULL;
-	direct_close(l, g_steal_pointer(&d->conn));
-	if (!direct_connect(l, a, FALSE))
-		direct_fallback(l, a);
-	return TRUE;
-}
-
-static void direct_recv(struct loop *l, struct attempt *a);
-
-static void direct_send(struct loop *l, struct attempt *a)
-{
-	struct direct *d = a->d;
-
-	while (d->req_off < d->req->len) {
-		ssize_t n = send(d->conn->fd, d->req->str + d->req_off,
-				 d->req->len - d->req_off, MSG_NOSIGNAL);
-
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			direct_watch(l, d->conn, EPOLLOUT | EPOLLIN);
-			return;
-		}
-		if (n < 0) {
-			int e = errno;
-
-			if (!direct_retry(l, a))
-				direct_fail(l, a, CURLE_SEND_ERROR, e,
-					    "send of the request: %s",
-					    g_strerror(e));
-			return;
-		}
-		d->req_off += n;
-	}
-	a->sent = TRUE;
-	a->moved_us = g_get_monotonic_time();
-	d->state = D_HEAD;
-	direct_watch(l, d->conn, EPOLLIN);
-	/* The answer may be there already. */
-	direct_recv(l, a);
-}
-
-static void direct_line(const char *line, gsize len, void *data)
-{
-	on_header((char *)line, 1, len, data);
-}
-
-struct chunk_sink {
-	struct attempt *a;
-	gboolean overflow;
-};
-
-static void direct_chunk(const char *p, gsize n, void *data)
-{
-	struct chunk_sink *s = data;
-
-	if (!s->overflow && !body_take(s->a, s->a->status, p, n))
-		s->overflow = TRUE;
-}
-
-static void direct_overflow(struct loop *l, struct attempt *a)
-{
-	direct_fail(l, a, CURLE_WRITE_ERROR, 0,
-		    "the body exceeds the %" G_GSIZE_FORMAT
-		    " bytes expected; the transfer was cut",
-		    a->req->body_limit);
-}
-
-/*
- * Body bytes at @p that came with the head, or through the scratch
- * buffer: FALSE once @a has ended.  *@done: the body is whole.
- */
-static gboolean direct_body(struct loop *l, struct attempt *a, const char *p,
-			    gsize n, gboolean *done)
-{
-	struct direct *d = a->d;
-
-	*done = FALSE;
-	if (d->h.framing == H1_CHUNKED) {
-		struct chunk_sink s = { .a = a };
-		g_autoptr(GError) error = NULL;
-		gssize took =
-			h1_chunked_feed(&d->ch, p, n, direct_chunk, &s, &error);
-
-		if (took < 0) {
-			direct_fail(l, a, CURLE_WEIRD_SERVER_REPLY, 0,
-				    "malformed response: %s", error->message);
-			return FALSE;
-		}
-		if (s.overflow) {
-			direct_overflow(l, a);
-			return FALSE;
-		}
-		if ((gsize)took < n)
-			d->h.keep_alive = FALSE; /* bytes nobody asked for */
-		*done = d->ch.done;
-		return TRUE;
-	}
-	if (d->h.framing == H1_LENGTH) {
-		if (n > d->left) {
-			d->h.keep_alive = FALSE;
-			n = d->left;
-		}
-		d->left -= n;
-	}
-	if (!body_take(a, a->status, p, n)) {
-		direct_overflow(l, a);
-		return FALSE;
-	}
-	*done = d->h.framing == H1_LENGTH && !d->left;
-	return TRUE;
-}
-
-/* The head is whole: FALSE once @a has ended. */
-static gboolean direct_head_done(struct loop *l, struct attempt *a, gsize took)
-{
-	struct direct *d = a->d;
-	gsize rest = d->head_len - took;
-	gboolean done = d->h.framing == H1_NONE;
-
-	a->status = d->h.status;
-	d->state = D_BODY;
-	if (d->h.framing == H1_LENGTH) {
-		d->left = d->h.length;
-		done = !d->left;
-		if (!error_document(a->status)) {
-			if (a->body->len + d->left > a->req->body_limit) {
-				a->overflow = TRUE;
-				a->body_status = a->status;
-				direct_overflow(l, a);
-				return FALSE;
-			}
-			bufpool_buf_reserve(a->body, d->left);
-		}
-	}
-	if (rest && !done && !direct_body(l, a, d->head + took, rest, &done))
-		return FALSE;
-	if (rest && d->h.framing == H1_NONE)
-		d->h.keep_alive = FALSE;
-	if (done) {
-		direct_end(l, a, CURLE_OK, d->h.keep_alive);
-		return FALSE;
-	}
-	return TRUE;
-}
-
-/* The connection ended (@n == 0) or failed (errno @e) mid-response. */
-static void direct_broken(struct loop *l, struct attempt *a, int e)
-{
-	struct direct *d = a->d;
-
-	if (direct_retry(l, a))
-		return;
-	if (e)
-		direct_fail(l, a, CURLE_RECV_ERROR, e, "receive: %s",
-			    g_strerror(e));
-	else if (!d->any_byte)
-		direct_fail(l, a, CURLE_GOT_NOTHING, 0,
-			    "the server closed the connection without a "
-			    "response (empty reply)");
-	else if (d->state == D_HEAD)
-		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
-			    "the server closed the connection within the "
-			    "response's head");
-	else if (d->h.framing == H1_CLOSE)
-		direct_end(l, a, CURLE_OK, FALSE);
-	else if (d->h.framing == H1_LENGTH)
-		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
-			    "the server closed the connection with "
-			    "%" G_GUINT64_FORMAT " of %" G_GUINT64_FORMAT
-			    " body bytes to come (partial body)",
-			    d->left, d->h.length);
-	else
-		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
-			    "the server closed the connection within a "
-			    "chunked body (partial body)");
-}
-
-static void direct_recv(struct loop *l, struct attempt *a)
-{
-	struct direct *d = a->d;
-	char scratch[DIRECT_SCRATCH];
-
-	for (;;) {
-		gboolean straight = d->state == D_BODY &&
-				    d->h.framing == H1_LENGTH &&
-				    !error_document(a->status);
-		char *into;
-		gsize want;
-		ssize_t n;
-
-		if (d->state == D_HEAD) {
-			if (d->head_len == d->head_cap) {
-				d->head_cap = MAX(4096, d->head_cap * 2);
-				d->head = g_realloc(d->head, d->head_cap);
-			}
-			into = d->head + d->head_len;
-			want = d->head_cap - d->head_len;
-		} else if (straight) {
-			into = (char *)a->body->data + a->body->len;
-			want = d->left;
-		} else {
-			into = scratch;
-			want = d->h.framing == H1_LENGTH
-				       ? MIN(d->left, sizeof(scratch))
-				       : sizeof(scratch);
-		}
-		n = recv(d->conn->fd, into, want, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-			return;
-		if (n <= 0) {
-			direct_broken(l, a, n < 0 ? errno : 0);
-			return;
-		}
-		d->any_byte = TRUE;
-		a->moved_us = g_get_monotonic_time();
-		if (d->state == D_HEAD) {
-			g_autoptr(GError) error = NULL;
-			gssize took;
-
-			d->head_len += n;
-again:
-			took = h1_parse_head(d->head, d->head_len, FALSE, &d->h,
-					     direct_line, a, &error);
-			if (took < 0) {
-				direct_fail(l, a, CURLE_WEIRD_SERVER_REPLY, 0,
-					    "malformed response: %s",
-					    error->message);
-				return;
-			}
-			if (!took)
-				continue;
-			if (d->h.informational) {
-				d->head_len -= took;
-				memmove(d->head, d->head + took, d->head_len);
-				goto again;
-			}
-			if (!direct_head_done(l, a, took))
-				return;
-			continue;
-		}
-		if (straight) {
-			gboolean done;
-
-			a->body->len += n;
-			a->received += n;
-			d->left -= n;
-			done = !d->left;
-			a->moved_dl = (curl_off_t)a->received;
-			if (done) {
-				direct_end(l, a, CURLE_OK, d->h.keep_alive);
-				return;
-			}
-			continue;
-		}
-		{
-			gboolean done;
-
-			if (!direct_body(l, a, scratch, n, &done))
-				return;
-			a->moved_dl = (curl_off_t)a->received;
-			if (done) {
-				direct_end(l, a, CURLE_OK, d->h.keep_alive);
-				return;
-			}
-		}
-	}
-}
-
-/* A socket event on the direct connection @c. */
-static void direct_event(struct loop *l, struct dconn *c, guint32 events)
-{
-	struct attempt *a = c->a;
-	struct direct *d;
-
-	if (!a) {
-		/* Idle: the server closed it, or sent what nobody asked. */
-		direct_close(l, c);
-		return;
-	}
-	d = a->d;
-	if (d->state == D_CONNECTING) {
-		int err = 0;
-		socklen_t len = sizeof(err);
-
-		if (!(events & (EPOLLOUT | EPOLLERR | EPOLLHUP)))
-			return;
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
-			err = errno;
-		if (err) {
-			/* curl connects again, and says why it cannot. */
-			direct_forget(l->http, a->ep);
-			direct_fallback(l, a);
-			return;
-		}
-		d->state = D_SENDING;
-	}
-	if (d->state == D_SENDING)
-		direct_send(l, a);
-	else
-		direct_recv(l, a);
-}
-
-/* When @a's connect times out, it stalls (as on_progress() judges curl's),
- * and its request_timeout ends it; G_MAXINT64: never. */
-static gint64 direct_connect_due(const struct attempt *a)
-{
-	return a->d->state == D_CONNECTING ? a->d->connect_by : G_MAXINT64;
-}
-
-static gint64 direct_stall_due(const struct http *http, const struct attempt *a)
-{
-	return a->sent ? a->moved_us +
-				 (gint64)(http->stall_timeout * G_USEC_PER_SEC)
-		       : G_MAXINT64;
-}
-
-static gint64 direct_request_due(const struct http *http,
-				 const struct attempt *a)
-{
-	return http->request_timeout > 0
-		       ? a->start_us + (gint64)(http->request_timeout *
-						G_USEC_PER_SEC)
-		       : G_MAXINT64;
-}
-
-/* Deadlines and cancels of the direct path's attempts, as on_progress()
- * and curl's timeouts do for curl's. */
-static void direct_sweep(struct loop *l, gint64 now)
-{
-	struct http *http = l->http;
-	GList *it = l->direct.head;
-
-	while (it) {
-		struct attempt *a = it->data;
-
-		it = it->next;
-		if (http_cancel_is_set(a->req->cancel)) {
-			a->cancelled = TRUE;
-			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
-				    "cancelled by its caller");
-		} else if (now >= direct_connect_due(a)) {
-			direct_forget(http, a->ep);
-			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, ETIMEDOUT,
-				    "connect: no answer within %.1f s "
-				    "(connect_timeout)",
-				    http->connect_timeout);
-		} else if (now >= direct_stall_due(http, a)) {
-			a->stalled = TRUE;
-			direct_fail(l, a, CURLE_ABORTED_BY_CALLBACK, 0,
-				    "stalled");
-		} else if (now >= direct_request_due(http, a)) {
-			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, 0,
-				    "request_timeout (%.1f s) with "
-				    "%" G_GUINT64_FORMAT " body bytes in",
-				    http->request_timeout, a->received);
-		}
-	}
-}
-
-/* Until the direct path's next deadline, in ms, at most @ms. */
-static gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now)
-{
-	GList *it;
-
-	for (it = l->direct.head; it; it = it->next) {
-		struct attempt *a = it->data;
-		gint64 due = MIN(direct_connect_due(a),
-				 MIN(direct_stall_due(l->http, a),
-				     direct_request_due(l->http, a)));
-
-		if (due < G_MAXINT64)
-			ms = MIN(ms, until(due, now));
-	}
-	return ms;
 }
 
 /*
@@ -3054,7 +1982,7 @@ static void reap(struct loop *l)
 	}
 }
 
-static gint64 until(gint64 due, gint64 now)
+gint64 until(gint64 due, gint64 now)
 {
 	return MAX(0, (due - now + 999) / 1000);
 }
@@ -3207,6 +2135,7 @@ static void socket_action(struct loop *l, curl_socket_t fd, int what)
 static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 {
 	long ms = -1;
+	gint64 now;
 	guint j, nfd;
 	int i;
 
@@ -3214,9 +2143,7 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 		int what = 0;
 
 		if (ev[i].data.u64 & DIRECT_TAG) {
-			struct dconn *c = g_hash_table_lookup(
-				l->dconns,
-				GINT_TO_POINTER((int)(guint32)ev[i].data.u64));
+			struct dconn *c = direct_conn_of(l, ev[i].data.u64);
 
 			/* NULL: closed by an event before it in the batch. */
 			if (c)
@@ -3255,8 +2182,10 @@ static void dispatch(struct loop *l, const struct epoll_event *ev, int n)
 	curl_multi_timeout(l->multi, &ms);
 	if (ms == 0)
 		socket_action(l, CURL_SOCKET_TIMEOUT, 0);
+	now = g_get_monotonic_time();
 	if (l->direct.length)
-		direct_sweep(l, g_get_monotonic_time());
+		direct_sweep(l, now);
+	direct_expire_idle(l, now);
 }
 
 static gpointer event_thread(gpointer data)
@@ -3528,15 +2457,7 @@ void http_shutdown(struct http *http)
 static void loop_clear(struct loop *l)
 {
 	/* The idle direct connections (the rest went with their attempts). */
-	while (l->dconns && g_hash_table_size(l->dconns) > 0) {
-		GHashTableIter it;
-		gpointer c;
-
-		g_hash_table_iter_init(&it, l->dconns);
-		g_hash_table_iter_next(&it, NULL, &c);
-		((struct dconn *)c)->a = NULL;
-		direct_close(l, c);
-	}
+	direct_close_all(l);
 	g_clear_pointer(&l->dconns, g_hash_table_unref);
 	g_clear_pointer(&l->ddone, g_ptr_array_unref);
 	g_clear_pointer(&l->spare_easy, g_ptr_array_unref);

@@ -531,6 +531,37 @@ class BrokenTransferTest(FaultTestBase):
         self.assertGreater(stats["endpoints"][0]["direct"], 0)
         self.unmount(m)
 
+    def test_slow_drips_fail_on_both_paths(self):
+        """A body that comes a byte at a time, each within stall_timeout
+        of the last (the stall clock never fires), is ended by the
+        low-speed backstop, under 1 byte a second over stall_timeout + 2
+        seconds: by curl's, and by the direct path's own."""
+        drip = {"kind": "drip", "after_bytes": 5000, "seconds": 1.5,
+                "op": "GET"}
+        for receive, cause in [
+                ("curl", r"curl 28 \(Timeout was reached\): Operation too "
+                 r"slow\. Less than 1 bytes/sec transferred the last 4 "
+                 r"seconds"),
+                ("direct", r"HTTP/1\.1 \(direct\): too slow: fewer than 1 "
+                 r"bytes a second over the last 4 s \(stall_timeout \+ 2\), "
+                 r"\d+ body bytes in")]:
+            with self.subTest(http_receive=receive):
+                m = self.mount("syn", "max_attempts=1", "stall_timeout=2",
+                               "retry_deadline=0",
+                               "http_receive=" + receive)
+                # curl's GET connects: its address is the direct path's.
+                self.assert_reads(m, fresh_key(), BOUND_FAST)
+                key = fresh_key()
+                self.server.faults([dict(drip, key_regex=re.escape(key))])
+                self.assert_fails(m, key, errno.ETIMEDOUT,
+                                  read_re(key) + get_re("syn", key, "1/1") +
+                                  cause, BOUND_FAST)
+                self.server.clear_faults()
+                stats = json.loads(os.getxattr(m.dir, "user.bucketfs.stats"))
+                if receive == "curl":
+                    self.assertEqual(stats["endpoints"][0]["direct"], 0)
+                self.unmount(m)
+
     def test_stalls_within_the_deadline_are_waited_for(self):
         """A server that takes the request and then sends nothing is
         waited for like one that is down: within retry_deadline its stalls

@@ -977,7 +977,7 @@ class Authenticator:
 # --------------------------------------------------------------------------
 # Faults
 
-FAULT_KINDS = frozenset(("status", "delay", "stall", "reset", "truncate", "bad_length",
+FAULT_KINDS = frozenset(("status", "delay", "stall", "drip", "reset", "truncate", "bad_length",
                          "bad_range", "ignore_range", "drop", "malformed_xml", "empty_truncated",
                          "repeat_token", "error_200"))
 LIST_ONLY_KINDS = frozenset(("malformed_xml", "empty_truncated", "repeat_token"))
@@ -2114,7 +2114,12 @@ class S3Handler(BaseHTTPRequestHandler):
         head = self._response_head(resp, length)
         body_len = resp.length if resp.chunks is not None else 0
         limit, pad = body_len, 0
-        if kind in ("stall", "reset", "truncate"):
+        rest = b""
+        if kind == "drip" and resp.chunks is not None:
+            body = b"".join(resp.chunks)
+            resp.chunks = [body]
+            rest = body[fault.after_bytes:]
+        if kind in ("stall", "drip", "reset", "truncate"):
             # The headers look normal: the failure shows only in the body.
             self.close_connection = True
             limit = min(fault.after_bytes, body_len)
@@ -2145,8 +2150,21 @@ class S3Handler(BaseHTTPRequestHandler):
             self._log(resp.status, sent)
         if kind == "stall":
             app.stopping.wait(fault.seconds)
+        elif kind == "drip":
+            self._drip(rest, fault.seconds)
         elif kind == "reset":
             self._abort()
+
+    def _drip(self, rest, seconds):
+        """The rest of a body, one byte every seconds, until the client
+        goes or the server stops."""
+        for i in range(len(rest)):
+            if self.server.app.stopping.wait(seconds):
+                return
+            try:
+                self._write([rest[i:i + 1]])
+            except OSError:
+                return
 
     def _response_head(self, resp, length):
         try:

@@ -1,0 +1,348 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * http_internal.h - what http.c and http_direct.c share: the engine's
+ * structs and the functions each calls of the other.  Private to the
+ * engine; nothing outside src/http*.c includes it.  Every function here
+ * runs on the event thread of the loop it is given (or of @a's loop),
+ * unless its comment says otherwise; the locking rules are those at the
+ * top of http.c.
+ */
+#ifndef BUCKETFS_HTTP_INTERNAL_H
+#define BUCKETFS_HTTP_INTERNAL_H
+
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include <curl/curl.h>
+#include <glib.h>
+
+#include "http.h"
+
+#define LATENCY_RING 1024 /* successful attempts kept per endpoint */
+#define HEDGE_RING   256  /* hedged requests kept for their p95 */
+#define STAGE_RING   1024 /* requests kept for their stage times */
+/* The slow-transfer backstop, curl's CURLOPT_LOW_SPEED_LIMIT and
+ * LOW_SPEED_TIME: fewer than LOW_SPEED_LIMIT bytes a second over
+ * low_speed_time() seconds ends a transfer, on either path. */
+#define LOW_SPEED_LIMIT 1L
+/* The direct receive path (http_direct.c). */
+/* A direct connection's epoll data: DIRECT_TAG, its generation above it
+ * (struct dconn's gen), its fd below. */
+#define DIRECT_TAG	   (G_GUINT64_CONSTANT(1) << 32)
+#define DIRECT_GEN_SHIFT   33
+#define DIRECT_GEN_MASK	   0x7fffffffu
+#define DIRECT_ADDR_TTL_US (60 * G_USEC_PER_SEC) /* curl's DNS cache's */
+
+struct bufpool;
+struct bufpool_buf;
+struct dconn;
+struct direct;
+
+struct endpoint {
+	struct http_endpoint pub;
+	char *url;
+	char *scheme;
+	char *host;
+	char *hostport;
+
+	/* All protected by http->lock. */
+	double ewma_us;	   /* recent attempt latency, 0 = unknown */
+	gint64 ewma_at;	   /* when it was last renewed */
+	guint streak;	   /* consecutive failures */
+	gboolean probing;  /* the probe attempt is running */
+	gint64 ejected_at; /* monotonic */
+	gint64 probe_at;   /* when the cool-off ends */
+	guint32 record;	   /* the last outcomes, newest in bit 0: 1 = ok */
+	guint record_len;  /* <= RECORD_LEN */
+	guint inflight;	   /* attempts running there, on any loop */
+	gboolean ejected;
+	guint64 requests;
+	guint64 bytes;
+	guint64 errors;
+	guint64 hedges;
+	guint64 ejections;
+	guint64 direct; /* answers of the direct receive path */
+	/* The address curl last connected to for a request, for the direct
+	 * path: good for DIRECT_ADDR_TTL_US, and for @addr_host only. */
+	struct sockaddr_storage addr;
+	socklen_t addr_len;
+	gint64 addr_at; /* 0 = none */
+	char *addr_host;
+	guint32 latency_us[LATENCY_RING]; /* a ring */
+	guint latency_len;
+	guint latency_pos;
+};
+
+/*
+ * One endpoint as one loop's connection cache sees it.  Loop thread only
+ * (and the thread of http_free() once the loops are gone, when curl
+ * closes the idle connections).
+ */
+struct lane {
+	struct loop *loop;
+	guint sockets;	/* open: curl's (its socket callbacks) and direct */
+	guint inflight; /* this loop's attempts running there */
+	GQueue idle;	/* direct connections idle, of struct dconn */
+};
+
+/*
+ * An event thread and its multi handle.  The loop waits in epoll_wait()
+ * on the sockets curl asks for (on_socket()) and on its wake-up eventfd,
+ * and hands curl only the socket that is ready (curl_multi_socket_action),
+ * so a wake-up costs the same with 2 or 200 transfers in flight:
+ * curl_multi_poll() built and polled the whole set, and
+ * curl_multi_perform() visited every transfer, at each one.
+ */
+struct loop {
+	struct http *http;
+	guint index;
+	CURLM *multi;
+	GThread *thread;
+	int epfd;	 /* the loop's sockets and wake_fd; -1 until set up */
+	int wake_fd;	 /* eventfd: submissions and the shutdown */
+	gint wake_armed; /* atomic: a wake-up is on its way, skip another */
+	guint slots;	 /* its slice of max_connections; immutable */
+	struct lane *lanes; /* one per endpoint */
+
+	/* Protected by http->lock. */
+	GQueue inbox;  /* admitted here, not yet taken */
+	guint running; /* transfers running, <= slots; written by the loop */
+	guint queued;  /* inbox + ready: requests waiting for a slot here */
+
+	/* The loop's own. */
+	GQueue ready;	       /* requests waiting for a slot, FIFO */
+	GQueue waiting;	       /* requests in backoff, sorted by due_us */
+	GQueue hedge_wait;     /* attempts that may be hedged, by start_us */
+	GHashTable *live;      /* every request taken and not yet done */
+	GPtrArray *spare_easy; /* easy handles for later attempts */
+	gboolean ramp_blocked;
+	gboolean hedge_blocked;
+	GRand *rand;		/* backoff jitter */
+	GHashTable *unwatched;	/* sockets epoll refused: polled by hand */
+	GPtrArray *add_failed;	/* attempts curl_multi_add_handle() refused */
+	GHashTable *dconns;	/* direct connections: fd -> struct dconn */
+	guint direct_sockets;	/* of them */
+	guint32 direct_gen;	/* the next direct connection's generation */
+	long curl_cap;		/* CURLMOPT_MAX_TOTAL_CONNECTIONS: the slots
+				 * the direct connections leave */
+	gboolean curl_squeezed; /* curl keeps one idle connection per
+				 * endpoint (direct_squeeze_curl()) */
+	GQueue direct;		/* attempts running on the direct path */
+	GPtrArray *ddone;	/* direct attempts ended, for reap() */
+};
+
+/*
+ * GLib's futex-based GMutex is invisible to ThreadSanitizer, and these
+ * locks are taken by every submitting thread, so they are pthread mutexes.
+ */
+struct http {
+	GPtrArray *endpoints; /* of struct endpoint *, immutable */
+	struct loop *loops;   /* nloops of them, immutable */
+	guint nloops;
+	char *ca_file;
+	char *user_agent;
+	double connect_timeout;
+	double stall_timeout;
+	double request_timeout;
+	gboolean direct; /* http_options.direct_receive, and no proxy */
+	double backoff_base;
+	double backoff_max;
+	guint max_attempts;
+	gint64 retry_deadline_us; /* 0 = none */
+	guint max_connections;
+	guint eject_after;
+	gint64 cooloff_us;
+	gint64 hedge_min_us;
+	guint ramp_per_tick;
+
+	pthread_mutex_t lock; /* see the top of this file */
+	double budget;	      /* protected by lock: retry tokens, may be < 0 */
+	gint64 budget_at;     /* protected by lock: its last refill */
+	GQueue pending;	      /* protected by lock: FIFO, no loop had room */
+	gboolean stopping;    /* protected by lock */
+	gboolean closed;      /* protected by lock: submissions are cancelled */
+	guint rotate; /* protected by lock: the next tie-break's start */
+	gint64 tick;  /* protected by lock: the ramp-up's current tick */
+	guint tokens; /* protected by lock: connections left this tick */
+	GRand *rand;  /* protected by lock: the ramp's jitter */
+	guint32 hedge_us[HEDGE_RING]; /* protected by lock: a ring of
+				       * hedged requests' latency */
+	guint hedge_len;	      /* protected by lock */
+	guint hedge_pos;	      /* protected by lock */
+	gint64 hedge_delay_us;	      /* protected by lock: cached */
+	gint64 hedge_due_us; /* protected by lock: when to compute it again,
+			      * 0 = not needed */
+	/* Protected by lock: rings of successful requests' stage times
+	 * (http_get_stage_stats()). */
+	guint32 stage_us[HTTP_STAGES][STAGE_RING];
+	guint stage_len, stage_pos;
+
+	/* Finished requests wait here for a done thread. */
+	pthread_mutex_t done_lock;
+	pthread_cond_t done_cond;
+	GQueue done_queue;  /* of struct completion *; under done_lock */
+	gboolean done_stop; /* under done_lock: exit once the queue is empty */
+	pthread_t *done_threads; /* ndone of them, immutable */
+	guint ndone;
+	guint done_started;
+	struct bufpool *bodies;	       /* response bodies, any thread */
+	struct bufpool *shared_bodies; /* those of shareable requests */
+};
+
+struct attempt {
+	struct http *http;
+	struct loop *loop;
+	struct http_request *req;
+	struct endpoint *ep;
+	CURL *easy;	  /* NULL on the direct path */
+	struct direct *d; /* the direct path's, while it runs there */
+	gboolean direct;  /* it ran on the direct path */
+	int os_errno;	  /* the direct path's */
+	struct curl_slist *req_headers;
+	struct bufpool_buf *body;
+	GHashTable *headers;
+	gint64 start_us;
+	gint64 head_us;	  /* when its (last) status line arrived */
+	guint64 received; /* body bytes, kept or not */
+	long status;
+	gboolean overflow;
+	gboolean hedge;	     /* the duplicate of its round */
+	gboolean probe;	     /* the probe of an ejected endpoint */
+	gboolean on_ejected; /* started while its endpoint was ejected */
+	gpointer tag;	     /* from prepare() */
+	/* The stall clock (on_progress()): when a byte last moved, what had. */
+	gint64 moved_us;
+	curl_off_t moved_dl, moved_ul;
+	gboolean sent;	    /* the request is on its way */
+	gboolean stalled;   /* aborted by it */
+	gboolean cancelled; /* aborted by on_progress(): http_cancel_set() */
+	CURLcode rc;	    /* how its transfer ended */
+	gboolean ranged;    /* it asks for a Range */
+	long body_status;   /* the status its body came with */
+	GList hedge_link;   /* in loop->hedge_wait when data is set */
+	char errbuf[CURL_ERROR_SIZE];
+};
+
+struct http_request {
+	char *method;
+	char *what;
+	http_prepare_fn prepare;
+	http_judge_fn judge;
+	http_done_fn done;
+	void *data;
+	GDestroyNotify data_free;
+	gboolean idempotent;
+	gboolean hedge;
+	gboolean quick_done; /* on success, done() on the event thread */
+	gboolean shareable;  /* body from shared_bodies */
+	gsize body_limit;
+	gsize body_reserve;
+	GBytes *upload;
+	int pinned;		    /* endpoint index or -1 */
+	guint max_attempts;	    /* 0 = the engine's */
+	struct http_cancel *cancel; /* NULL: none */
+	gint64 submit_us;	    /* http_submit() */
+
+	/* Its loop's only, once taken (before: under http->lock). */
+	struct loop *loop; /* the one it lives on, NULL until taken */
+	guint attempt;	   /* the round */
+	guint unreachable; /* rounds that reached no endpoint or stalled, not
+			    * counted in max_attempts (retry_deadline) */
+	guint silent;	   /* of those, the stalled ones */
+	guint range_200;   /* 200s to its Range too big for its body */
+	gint64 start_us;
+	gint64 round_us;
+	gint64 due_us;
+	struct endpoint *last_ep;
+	struct endpoint *last_failed;
+	struct attempt *running[2]; /* the round's primary and duplicate */
+	struct attempt *failed;	    /* finished badly while its twin runs */
+	enum http_verdict failed_verdict;
+	GError *failed_error;
+};
+
+/* Where an attempt's direct connections go. */
+struct direct_addr {
+	struct sockaddr_storage ss;
+	socklen_t len; /* 0: none, the attempt is curl's */
+};
+
+/* -- http.c, for the direct path ---------------------------------------- */
+
+/* @ep as @l's connection cache sees it. */
+struct lane *lane_of(struct loop *l, const struct endpoint *ep);
+
+/* Whether a body of @status is an error document, kept only in part. */
+gboolean error_document(long status);
+
+/* @n bytes of @a's body, which came with @status: FALSE when they overflow
+ * the body's limit (the transfer must end). */
+gboolean body_take(struct attempt *a, long status, const char *p, gsize n);
+
+/* curl's CURLOPT_HEADERFUNCTION: one header line of @userdata's attempt. */
+size_t on_header(char *buf, size_t size, size_t nitems, void *userdata);
+
+/* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
+gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
+
+/* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
+void curl_register(struct loop *l, struct attempt *a);
+
+/* The backstop's window, in seconds: just past stall_timeout, so that a
+ * full stall is on_progress()'s (or the direct path's) to report. */
+long low_speed_time(const struct http *http);
+
+/* Milliseconds from @now to @due (monotonic us), rounded up, >= 0. */
+gint64 until(gint64 due, gint64 now);
+
+/* -- http_direct.c, for the engine -------------------------------------- */
+
+/* Where @req may run on the direct path to @ep at @url: @out's length
+ * is 0 when it may not.  Takes http->lock. */
+void direct_usable(struct http *http, const struct http_request *req,
+		   struct endpoint *ep, const char *url,
+		   struct direct_addr *out);
+
+/* After curl's successful @a: the address it connected to.  Takes
+ * http->lock. */
+void direct_learn(struct http *http, struct attempt *a);
+
+/* A direct transfer of a GET of @url with @headers, to @addr; the caller
+ * owns it until it hands it to an attempt (attempt->d). */
+struct direct *direct_new(struct http *http, const char *url,
+			  GPtrArray *headers, const struct direct_addr *addr);
+
+/* Starts @a (registered, with a->d set) on the direct path, or on curl
+ * when its connection cannot be opened. */
+void direct_begin(struct loop *l, struct attempt *a);
+
+/* Lets go of @a's direct transfer: its connection, unless it went back
+ * idle, is closed mid-response. */
+void direct_drop(struct loop *l, struct attempt *a);
+
+/* Before a socket opens: at the loop's slice, an idle direct one goes.
+ * FALSE: the slice is full of sockets in use, or curl's. */
+gboolean direct_make_room(struct loop *l);
+
+/* A socket event on the direct connection @c (from l->dconns). */
+void direct_event(struct loop *l, struct dconn *c, guint32 events);
+
+/* The direct connection an epoll event with @data is for, or NULL when it
+ * is gone (a reused fd number with another generation is another's). */
+struct dconn *direct_conn_of(struct loop *l, guint64 data);
+
+/* Deadlines and cancels of the direct path's attempts. */
+void direct_sweep(struct loop *l, gint64 now);
+
+/* Closes @l's idle direct connections that have been idle too long (118 s,
+ * curl's own limit for its idle connections).  Cheap: call it each turn. */
+void direct_expire_idle(struct loop *l, gint64 now);
+
+/* Until the direct path's next deadline, in ms, at most @ms. */
+gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
+
+/* Closes every connection left in l->dconns (the idle ones, once the
+ * attempts are gone): at the loop's teardown. */
+void direct_close_all(struct loop *l);
+
+#endif /* BUCKETFS_HTTP_INTERNAL_H */
