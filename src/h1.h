@@ -6,7 +6,7 @@
  * The direct path reads a GET's response from its own socket, so that a
  * body framed by Content-Length is received straight into the body's
  * buffer; curl's would take every byte through its own buffer first (a
- * memmove per byte, PERFORMANCE.md "Issue 25, session 15").  What curl
+ * memmove per byte, docs/PERFORMANCE.md, "The direct receive path").  What curl
  * still does is everything else: HTTPS, proxies, uploads, every other
  * method, and the first connection to an endpoint (the direct path uses
  * the address curl connected to).

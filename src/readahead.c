@@ -27,7 +27,7 @@
 
 /* At a 20 ms first byte, 8 MiB parts need about 30 in flight to keep up
  * with 8 ranged GETs of a 2 GiB file; a 64 MiB window (9 in flight) gave
- * 0.65x of them, 256 MiB 0.99x (docs/PERFORMANCE.md, session 19). */
+ * 0.65x of them, 256 MiB 0.99x (docs/PERFORMANCE.md, "Readahead"). */
 #define DEF_WINDOW_MAX (256u << 20)
 
 /* The window is at most this many times the bytes read in sequence. */

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Health when every endpoint looks bad (docs/RELIABILITY.md, issue 14):
+"""Health when every endpoint looks bad (docs/RELIABILITY.md):
 a real mount with two endpoints, one that refuses every connection and one
 (the test S3 server) that cuts 30% of its answers with an RST.  The flaky
 endpoint was ejected again and again after 5 cuts in a row, so both were
@@ -124,8 +124,8 @@ class DeadAndFlakyTest(harness.MountCase):
         # Every planned cut happened: the flaky endpoint really was.
         self.assertEqual(hits, sum(r["count"] for r in rules))
         # It answers 70% and it is the only one that answers: a streak of
-        # cuts does not eject it again and again (issue 24; it was ejected
-        # after every 5 cuts in a row before, dozens of times here).
+        # cuts does not eject it again and again (a rule that ejected after
+        # every 5 cuts in a row did so dozens of times here).
         self.assertLessEqual(eps[self.server.url]["ejections"], 2)
         # The dead one: the attempts in flight until it was ejected (one
         # per reader at most, prefetch aside), then one probe per

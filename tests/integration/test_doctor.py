@@ -220,7 +220,7 @@ class HeadWithABody:
 
 
 class DoctorQuirkTest(unittest.TestCase):
-    """Issue 12 item 5: the quirk is a warning, and the next checks, on
+    """A server quirk is a warning, and the next checks, on
     connections of their own, pass."""
 
     @classmethod

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Faults whose handling issue 24 changed (docs/RELIABILITY.md, "Retry
-policy"), each on a real mount against the test S3 server:
+"""What each fault costs under the retry policy (docs/RELIABILITY.md,
+"Retry policy"), each on a real mount against the test S3 server:
 
 - every clause of a cause chain belongs to its own request: with a refused
   endpoint beside one that truncates bodies, no line about the truncating

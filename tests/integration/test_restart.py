@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A real server restarted under load (issue 24, docs/RELIABILITY.md):
+"""A real server restarted under load (docs/RELIABILITY.md):
 Ceph RGW and s3rver, servers we did not write.
 
 32 readers read random objects of a mount (default options: retry_deadline

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The shared index (issue 7, part 2): one host publishes the index with
+"""The shared index: one host publishes the index with
 `bucketfs-index publish`, the others mount with -o index_url= and fetch it
 instead of listing.  Each "host" is a mount with its own cache directory
 (XDG_CACHE_HOME).  Also: a corrupt, a foreign and a missing published

@@ -69,8 +69,8 @@ FD_PER_EVENT_THREAD = 4
 # open in the daemon until it is reused; the shared pools keep at most a
 # quarter of RLIMIT_NOFILE of them (src/bufpool.c, shared_limit()), past
 # which a body is anonymous and its memfd closed once lent.  Where many
-# of these readers' opens pass through (session 20 tried an open that
-# waits for a GET on its way: TSan's run held 743), they may all be in
+# of these readers' opens pass through (an open that waits for a GET
+# on its way was tried: TSan's run held 743), they may all be in
 # use.
 FD_SHARED = NOFILE // 4
 MAX_BACKGROUND = 4096  # FS_MAX_BACKGROUND, fs/fs.h

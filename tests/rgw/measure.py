@@ -2,7 +2,7 @@
 """Listing speed of bucketfs-index build per S3 server: keys/s and LIST
 requests per 1,000 keys, the parallel lister (default workers) against a
 sequential listing (-j 1), on buckets of the sizes given.  Not a test: a
-measurement for docs/SCALE.md (issue 12's "done means").
+measurement for docs/SCALE.md, "Per server".
 
   /usr/bin/python3 tests/rgw/measure.py [--server test|s3rver|rgw]...
       [--keys N]... [--runs R] [--layout flat|deep]

@@ -12,7 +12,7 @@
 #
 # DIR must not exist yet (or be empty) for start.  A failed start names the
 # daemon that failed, shows its log tail, and stops what it had started.
-# Facts (issue 12): auth none needs "ms mon client mode = crc", or radosgw
+# Facts: auth none needs "ms mon client mode = crc", or radosgw
 # hangs on get_initial_auth_request returned -13; a single OSD needs pool
 # size 1 and chooseleaf type 0.
 set -uo pipefail

@@ -1084,8 +1084,8 @@ static guint flaky_worst_run(void)
 }
 
 /*
- * Issue 14's case: one endpoint refuses every connection, the other cuts
- * 30% of its answers with an RST; 10,000 reads of 4 KiB, 10 attempts each.
+ * Every endpoint looks bad: one endpoint refuses every connection, the other
+ * cuts 30% of its answers with an RST; 10,000 reads of 4 KiB, 10 attempts each.
  * The flaky one was ejected again and again (5 cuts in a row), so both
  * were often ejected at once; it is kept now (it answers most attempts),
  * and the attempts must go to the one that answers.  Every read succeeds with
@@ -1141,7 +1141,7 @@ static void test_dead_and_flaky(void)
 	dead_bound = 5 + r.o.max_connections + (guint64)(secs / 0.5) + 1;
 	g_assert_cmpuint(r.st[0].requests, <=, dead_bound);
 	/* It answers 70%, and it is the only one: a streak of cuts does not
-	 * eject it again and again (issue 24). */
+	 * eject it again and again. */
 	g_assert_cmpuint(r.st[1].ejections, <=, 2);
 	rig_clear(&r);
 	tcase_clear(&tc);
