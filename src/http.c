@@ -46,6 +46,7 @@
 #include <openssl/x509.h>
 
 #include "bufpool.h"
+#include "endpoint_url.h"
 #include "error.h"
 #include "h1.h"
 #include "http.h"
@@ -109,56 +110,41 @@ static void endpoint_free(void *p)
 	g_free(ep);
 }
 
+/* An endpoint of @url, parsed by endpoint_url.h (config's parser too). */
 static struct endpoint *endpoint_parse(const char *url, guint index,
 				       GError **error)
 {
-	const char *sep = strstr(url, "://");
-	const char *hp, *end, *host_end;
+	struct endpoint_url u = { 0 };
 	struct endpoint *ep;
 
-	if (!sep ||
-	    (strncmp(url, "http", sep - url) != 0 &&
-	     strncmp(url, "https", sep - url) != 0) ||
-	    (sep - url != 4 && sep - url != 5)) {
-		g_set_error(error, BFS_ERROR, EINVAL,
-			    "endpoint '%s': expected http://HOST[:PORT] or "
-			    "https://HOST[:PORT]",
-			    url);
+	if (!endpoint_url_parse(url, &u, error)) {
+		g_prefix_error(error, "endpoint: ");
 		return NULL;
 	}
-	hp = sep + 3;
-	end = hp + strcspn(hp, "/?#");
-	if (end == hp || (*end && strcmp(end, "/") != 0)) {
+	if (*u.path && strcmp(u.path, "/") != 0) {
+		g_autofree char *shown = endpoint_url_shown(url);
+		g_autofree char *e = log_escape(shown, -1);
+
+		endpoint_url_clear(&u);
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "endpoint '%s': expected http://HOST[:PORT] or "
 			    "https://HOST[:PORT] without a path",
-			    url);
+			    e);
 		return NULL;
 	}
-	if (*hp == '[') {
-		host_end = memchr(hp, ']', end - hp);
-		if (!host_end) {
-			g_set_error(error, BFS_ERROR, EINVAL,
-				    "endpoint '%s': unterminated IPv6 address",
-				    url);
-			return NULL;
-		}
-		host_end++;
-	} else {
-		host_end = memchr(hp, ':', end - hp);
-		if (!host_end)
-			host_end = end;
-	}
 	ep = g_new0(struct endpoint, 1);
-	ep->scheme = g_strndup(url, sep - url);
-	ep->hostport = g_strndup(hp, end - hp);
-	ep->host = g_strndup(hp, host_end - hp);
+	ep->scheme = g_strdup(u.scheme);
+	ep->host = strchr(u.host, ':') ? g_strdup_printf("[%s]", u.host)
+				       : g_strdup(u.host);
+	ep->hostport = u.port_given ? g_strdup_printf("%s:%u", ep->host, u.port)
+				    : g_strdup(ep->host);
 	ep->url = g_strdup_printf("%s://%s", ep->scheme, ep->hostport);
 	ep->pub.url = ep->url;
 	ep->pub.scheme = ep->scheme;
 	ep->pub.host = ep->host;
 	ep->pub.hostport = ep->hostport;
 	ep->pub.index = index;
+	endpoint_url_clear(&u);
 	return ep;
 }
 
