@@ -2213,6 +2213,51 @@ guint http_default_event_threads(void)
 	return CLAMP(cores / 4, 2, 16);
 }
 
+/* Whether https:// endpoints there are. */
+static gboolean any_https(const struct http *http)
+{
+	guint i;
+
+	for (i = 0; i < http->endpoints->len; i++) {
+		const struct endpoint *ep = g_ptr_array_index(http->endpoints, i);
+
+		if (strcmp(ep->scheme, "https") == 0)
+			return TRUE;
+	}
+	return FALSE;
+}
+
+/* The direct receive path, for each scheme a proxy does not take. */
+static void http_set_direct(struct http *http, gboolean on)
+{
+	gboolean all = getenv("all_proxy") || getenv("ALL_PROXY");
+	g_autoptr(GError) error = NULL;
+
+	/* curl sends a scheme's requests through its proxy; so must every
+	 * request of that scheme. */
+	http->direct = on && !all && !getenv("http_proxy");
+	if (on && !http->direct)
+		log_msg(LOG_LEVEL_INFO,
+			"direct receive off for http://: a proxy is set "
+			"(http_proxy or all_proxy); those requests go through "
+			"curl");
+	if (!on || !any_https(http))
+		return;
+	if (all || getenv("https_proxy") || getenv("HTTPS_PROXY")) {
+		log_msg(LOG_LEVEL_INFO,
+			"direct receive off for https://: a proxy is set "
+			"(https_proxy or all_proxy); those requests go "
+			"through curl");
+		return;
+	}
+	http->direct_tls = tls_context_new(http->ca_file, &error);
+	if (!http->direct_tls)
+		log_msg(LOG_LEVEL_WARNING,
+			"direct receive off for https://: %s; those requests "
+			"go through curl",
+			error->message);
+}
+
 static void http_set_options(struct http *http, const struct http_options *o)
 {
 	http->ca_file = g_strdup(o->ca_file);
@@ -2222,16 +2267,7 @@ static void http_set_options(struct http *http, const struct http_options *o)
 		o->connect_timeout > 0 ? o->connect_timeout : 10;
 	http->stall_timeout = o->stall_timeout > 0 ? o->stall_timeout : 30;
 	http->request_timeout = o->request_timeout;
-	http->direct = o->direct_receive;
-	if (http->direct && (getenv("http_proxy") || getenv("all_proxy") ||
-			     getenv("ALL_PROXY"))) {
-		/* curl sends plain HTTP through the proxy; so must every
-		 * request. */
-		http->direct = FALSE;
-		log_msg(LOG_LEVEL_INFO,
-			"direct receive off: a proxy is set (http_proxy or "
-			"all_proxy); every request goes through curl");
-	}
+	http_set_direct(http, o->direct_receive);
 	http->backoff_base =
 		o->backoff_base > 0 ? o->backoff_base : BACKOFF_BASE;
 	http->backoff_max = o->backoff_max > 0 ? o->backoff_max : 20;
@@ -2480,6 +2516,7 @@ void http_free(struct http *http)
 	pthread_cond_destroy(&http->done_cond);
 	g_free(http->ca_file);
 	g_free(http->user_agent);
+	g_clear_pointer(&http->direct_tls, tls_context_free);
 	/* Bodies still held (GBytes from a GET) keep the pool alive. */
 	bufpool_unref(http->bodies);
 	bufpool_unref(http->shared_bodies);

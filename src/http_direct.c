@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http_direct.c - the engine's own receive path for plain-HTTP GETs.
+ * http_direct.c - the engine's own receive path for GETs, over plain
+ * HTTP and over TLS (http_tls.c).
  *
  * Runs on the event thread of the attempt's loop, like the rest of the
- * engine (http.c); http_internal.h is what the two share.
+ * engine (http.c); http_internal.h is what they share.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -30,13 +31,16 @@
 #define DIRECT_IDLE_MAX_US (118 * G_USEC_PER_SEC)
 
 /*
- * A GET to a plain-HTTP endpoint whose address curl has found (and
- * connected to, within DIRECT_ADDR_TTL_US) runs on a connection of the
- * loop's own instead of curl's: the request is written by hand, the head
- * parsed by h1.h, and a body framed by Content-Length is received by
- * recv() straight into the body's buffer, where curl would have taken
- * every byte through its own buffer first (docs/PERFORMANCE.md).
- * Everything else stays curl's: HTTPS, proxies, other methods, and any
+ * A GET to an endpoint whose address curl has found (and connected to,
+ * within DIRECT_ADDR_TTL_US) runs on a connection of the loop's own
+ * instead of curl's: the request is written by hand, the head parsed by
+ * h1.h, and a body framed by Content-Length is received by recv(), or
+ * for https:// decrypted by OpenSSL, straight into the body's buffer,
+ * where curl would have taken every byte through its own buffer first
+ * (docs/PERFORMANCE.md).  A TLS connection is checked as strictly as
+ * curl checks its own (http_tls.c); one whose handshake fails goes to
+ * curl, which says why in its own words.
+ * Everything else stays curl's: proxies, other methods, and any
  * attempt whose connection cannot be opened (refused, unreachable, no
  * room in the budget): it falls back to curl at once, which reports the
  * failure its own way.  The connections count in the lanes' sockets and
@@ -50,6 +54,7 @@
 /* A connection of the direct path. */
 struct dconn {
 	int fd;
+	SSL *ssl; /* https://, once its handshake starts */
 	struct lane *lane;
 	struct attempt *a; /* NULL while idle (in lane->idle) */
 	GList link;
@@ -58,11 +63,12 @@ struct dconn {
 	gint64 idle_at; /* when it last went idle */
 };
 
-enum dstate { D_CONNECTING, D_SENDING, D_HEAD, D_BODY };
+enum dstate { D_CONNECTING, D_HANDSHAKE, D_SENDING, D_HEAD, D_BODY };
 
 struct direct {
 	struct dconn *conn;
 	char *url;
+	char *tls_host; /* https://: the name (or address) its TLS checks */
 	GString *req;  /* the request's bytes */
 	gsize req_off; /* of them sent */
 	enum dstate state;
@@ -87,13 +93,37 @@ struct direct {
 static void direct_send(struct loop *l, struct attempt *a);
 static void direct_recv(struct loop *l, struct attempt *a);
 
-/* The authority of an http:// @url ("host[:port]"), and its length. */
+/* The authority of an http:// or https:// @url ("host[:port]"), and its
+ * length. */
 static const char *url_authority(const char *url, gsize *len)
 {
-	const char *a = url + strlen("http://");
+	const char *a = strstr(url, "://") + 3;
 
 	*len = strcspn(a, "/?#");
 	return a;
+}
+
+/* Which of the direct path's schemes @url has: 1 http, 2 https, else 0. */
+static int url_scheme(const struct http *http, const char *url)
+{
+	if (http->direct && !g_ascii_strncasecmp(url, "http://", 7))
+		return 1;
+	if (http->direct_tls && !g_ascii_strncasecmp(url, "https://", 8))
+		return 2;
+	return 0;
+}
+
+/* The host of the authority @a ("[v6]:port", "name:port", "name"). */
+static char *authority_host(const char *a, gsize len)
+{
+	const char *end;
+
+	if (*a == '[') {
+		end = memchr(a, ']', len);
+		return end ? g_strndup(a + 1, end - a - 1) : g_strndup(a, len);
+	}
+	end = memchr(a, ':', len);
+	return g_ascii_strdown(a, end ? end - a : (gssize)len);
 }
 
 /* Where @req may run on the direct path to @ep at @url: @out's length
@@ -107,8 +137,8 @@ void direct_usable(struct http *http, const struct http_request *req,
 	gsize len;
 
 	out->len = 0;
-	if (!http->direct || strcmp(req->method, "GET") != 0 || req->upload ||
-	    g_ascii_strncasecmp(url, "http://", 7) != 0)
+	if (strcmp(req->method, "GET") != 0 || req->upload ||
+	    !url_scheme(http, url))
 		return;
 	host = url_authority(url, &len);
 	pthread_mutex_lock(&http->lock);
@@ -131,14 +161,14 @@ void direct_learn(struct http *http, struct attempt *a)
 	const char *host;
 	gsize hlen;
 
-	if (!http->direct || strcmp(a->ep->scheme, "http") != 0 ||
+	if (!(http->direct || http->direct_tls) ||
 	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_IP, &ip) != CURLE_OK ||
 	    curl_easy_getinfo(a->easy, CURLINFO_PRIMARY_PORT, &port) !=
 		    CURLE_OK ||
 	    curl_easy_getinfo(a->easy, CURLINFO_EFFECTIVE_URL, &url) !=
 		    CURLE_OK ||
 	    !ip || !*ip || !url || port <= 0 || port > 65535 ||
-	    g_ascii_strncasecmp(url, "http://", 7) != 0)
+	    !url_scheme(http, url))
 		return;
 	if (strchr(ip, ':')) {
 		struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
@@ -182,17 +212,20 @@ struct direct *direct_new(struct http *http, const char *url,
 			  GPtrArray *headers, const struct direct_addr *addr)
 {
 	struct direct *d = g_new0(struct direct, 1);
-	const char *target;
+	const char *authority, *target;
 	gsize alen;
 	guint i;
 
 	d->addr = *addr;
 	d->url = g_strdup(url);
-	target = url_authority(url, &alen) + alen;
+	authority = url_authority(url, &alen);
+	target = authority + alen;
+	if (url_scheme(http, url) == 2)
+		d->tls_host = authority_host(authority, alen);
 	d->req = g_string_sized_new(512);
 	g_string_append_printf(d->req, "GET %s%s HTTP/1.1\r\nHost: %.*s\r\n",
 			       *target == '/' ? "" : "/", target, (int)alen,
-			       url + strlen("http://"));
+			       authority);
 	g_string_append_printf(d->req, "User-Agent: %s\r\nAccept: */*\r\n",
 			       http->user_agent);
 	for (i = 0; i < headers->len; i++) {
@@ -264,6 +297,7 @@ static void direct_close(struct loop *l, struct dconn *c)
 	if (!c->a && c->link.data)
 		g_queue_unlink(&c->lane->idle, &c->link);
 	g_hash_table_remove(l->dconns, GINT_TO_POINTER(c->fd));
+	tls_free(c->ssl, !c->a);
 	close(c->fd);
 	if (c->lane->sockets > 0)
 		c->lane->sockets--;
@@ -306,6 +340,7 @@ static struct dconn *direct_take_idle(struct loop *l, struct lane *lane)
 
 		link->data = NULL;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) &&
+		    !(c->ssl && tls_pending(c->ssl)) &&
 		    g_get_monotonic_time() - c->idle_at < DIRECT_IDLE_MAX_US)
 			return c;
 		/* Closed by the server, it sent what nobody asked, or it
@@ -372,6 +407,7 @@ static void direct_free(struct direct *d)
 	if (!d)
 		return;
 	g_free(d->url);
+	g_free(d->tls_host);
 	g_string_free(d->req, TRUE);
 	g_free(d->head);
 	g_free(d);
@@ -499,18 +535,87 @@ static gboolean direct_retry(struct loop *l, struct attempt *a)
 	return TRUE;
 }
 
+/* send() on @c, or through its TLS: as send(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed. */
+static ssize_t dconn_send(struct dconn *c, const char *p, gsize n,
+			  guint32 *events, char *why, gsize len)
+{
+	ssize_t r;
+
+	if (c->ssl)
+		return tls_send(c->ssl, p, n, events, why, len);
+	*events = EPOLLOUT | EPOLLIN;
+	r = send(c->fd, p, n, MSG_NOSIGNAL);
+	if (r < 0)
+		g_strlcpy(why, g_strerror(errno), len);
+	return r;
+}
+
+/* recv() on @c, or through its TLS: as recv(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed, and at the end of a TLS
+ * connection without its close_notify, that. */
+static ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
+			  char *why, gsize len)
+{
+	ssize_t r;
+
+	*why = 0;
+	if (c->ssl)
+		return tls_recv(c->ssl, p, n, events, why, len);
+	*events = EPOLLIN;
+	r = recv(c->fd, p, n, 0);
+	if (r < 0)
+		g_strlcpy(why, g_strerror(errno), len);
+	return r;
+}
+
+/* A step of @a's TLS handshake: FALSE while it goes on, and once @a has
+ * gone to curl. */
+static gboolean direct_handshake(struct loop *l, struct attempt *a)
+{
+	struct direct *d = a->d;
+	struct dconn *c = d->conn;
+	char why[CURL_ERROR_SIZE];
+	guint32 events = EPOLLIN;
+	int r;
+
+	if (!c->ssl)
+		c->ssl = tls_new(l->http->direct_tls, c->fd, d->tls_host, why,
+				 sizeof(why));
+	r = c->ssl ? tls_handshake(c->ssl, &events, why, sizeof(why)) : -1;
+	if (r == 0) {
+		direct_watch(l, c, events);
+		return FALSE;
+	}
+	if (r < 0) {
+		/* curl connects again, and says why it cannot. */
+		log_msg(LOG_LEVEL_INFO,
+			"TLS handshake with %s on the direct path: %s; curl "
+			"connects instead",
+			d->tls_host, why);
+		direct_forget(l->http, a->ep);
+		direct_fallback(l, a);
+		return FALSE;
+	}
+	d->state = D_SENDING;
+	return TRUE;
+}
+
 static void direct_send(struct loop *l, struct attempt *a)
 {
 	struct direct *d = a->d;
+	char why[CURL_ERROR_SIZE];
 
 	while (d->req_off < d->req->len) {
-		ssize_t n = send(d->conn->fd, d->req->str + d->req_off,
-				 d->req->len - d->req_off, MSG_NOSIGNAL);
+		guint32 events;
+		ssize_t n = dconn_send(d->conn, d->req->str + d->req_off,
+				       d->req->len - d->req_off, &events, why,
+				       sizeof(why));
 
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			direct_watch(l, d->conn, EPOLLOUT | EPOLLIN);
+			direct_watch(l, d->conn, events);
 			return;
 		}
 		if (n < 0) {
@@ -518,8 +623,8 @@ static void direct_send(struct loop *l, struct attempt *a)
 
 			if (!direct_retry(l, a))
 				direct_fail(l, a, CURLE_SEND_ERROR, e,
-					    "send of the request: %s",
-					    g_strerror(e));
+					    "%ssend of the request: %s",
+					    d->conn->ssl ? "TLS " : "", why);
 			return;
 		}
 		d->req_off += n;
@@ -638,16 +743,20 @@ static gboolean direct_head_done(struct loop *l, struct attempt *a, gsize took)
 	return TRUE;
 }
 
-/* The connection ended (@n == 0) or failed (errno @e) mid-response. */
-static void direct_broken(struct loop *l, struct attempt *a, int e)
+/* The connection ended (@e == 0) or failed (errno @e) mid-response;
+ * @why: what failed, or how a TLS connection ended without its
+ * close_notify ("" when it ended cleanly). */
+static void direct_broken(struct loop *l, struct attempt *a, int e,
+			  const char *why)
 {
 	struct direct *d = a->d;
+	const char *tls = d->conn->ssl ? "TLS " : "";
 
 	if (direct_retry(l, a))
 		return;
 	if (e)
-		direct_fail(l, a, CURLE_RECV_ERROR, e, "receive: %s",
-			    g_strerror(e));
+		direct_fail(l, a, CURLE_RECV_ERROR, e, "%sreceive: %s", tls,
+			    why);
 	else if (!d->any_byte)
 		direct_fail(l, a, CURLE_GOT_NOTHING, 0,
 			    "the server closed the connection without a "
@@ -656,6 +765,13 @@ static void direct_broken(struct loop *l, struct attempt *a, int e)
 		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
 			    "the server closed the connection within the "
 			    "response's head");
+	else if (d->h.framing == H1_CLOSE && *why)
+		/* The end of such a body is only the close: over TLS, a cut
+		 * connection must not pass for it. */
+		direct_fail(l, a, CURLE_PARTIAL_FILE, 0,
+			    "%s within a body that ends with the connection "
+			    "(partial body)",
+			    why);
 	else if (d->h.framing == H1_CLOSE)
 		direct_end(l, a, CURLE_OK, FALSE);
 	else if (d->h.framing == H1_LENGTH)
@@ -674,6 +790,7 @@ static void direct_recv(struct loop *l, struct attempt *a)
 {
 	struct direct *d = a->d;
 	char scratch[DIRECT_SCRATCH];
+	char why[CURL_ERROR_SIZE];
 
 	for (;;) {
 		gboolean straight = d->state == D_BODY &&
@@ -681,6 +798,7 @@ static void direct_recv(struct loop *l, struct attempt *a)
 				    !error_document(a->status);
 		char *into;
 		gsize want;
+		guint32 events;
 		ssize_t n;
 
 		if (d->state == D_HEAD) {
@@ -699,13 +817,15 @@ static void direct_recv(struct loop *l, struct attempt *a)
 				       ? MIN(d->left, sizeof(scratch))
 				       : sizeof(scratch);
 		}
-		n = recv(d->conn->fd, into, want, 0);
+		n = dconn_recv(d->conn, into, want, &events, why, sizeof(why));
 		if (n < 0 && errno == EINTR)
 			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			direct_watch(l, d->conn, events);
 			return;
+		}
 		if (n <= 0) {
-			direct_broken(l, a, n < 0 ? errno : 0);
+			direct_broken(l, a, n < 0 ? errno : 0, why);
 			return;
 		}
 		d->any_byte = TRUE;
@@ -789,8 +909,10 @@ void direct_event(struct loop *l, struct dconn *c, guint32 events)
 			direct_fallback(l, a);
 			return;
 		}
-		d->state = D_SENDING;
+		d->state = d->tls_host ? D_HANDSHAKE : D_SENDING;
 	}
+	if (d->state == D_HANDSHAKE && !direct_handshake(l, a))
+		return;
 	if (d->state == D_SENDING)
 		direct_send(l, a);
 	else
@@ -801,7 +923,7 @@ void direct_event(struct loop *l, struct dconn *c, guint32 events)
  * and its request_timeout ends it; G_MAXINT64: never. */
 static gint64 direct_connect_due(const struct attempt *a)
 {
-	return a->d->state == D_CONNECTING ? a->d->connect_by : G_MAXINT64;
+	return a->d->state <= D_HANDSHAKE ? a->d->connect_by : G_MAXINT64;
 }
 
 static gint64 direct_stall_due(const struct http *http, const struct attempt *a)
@@ -865,8 +987,10 @@ void direct_sweep(struct loop *l, gint64 now)
 		} else if (now >= direct_connect_due(a)) {
 			direct_forget(http, a->ep);
 			direct_fail(l, a, CURLE_OPERATION_TIMEDOUT, ETIMEDOUT,
-				    "connect: no answer within %.1f s "
+				    "%s: no answer within %.1f s "
 				    "(connect_timeout)",
+				    a->d->state == D_HANDSHAKE ? "TLS handshake"
+							       : "connect",
 				    http->connect_timeout);
 		} else if (now >= direct_stall_due(http, a)) {
 			a->stalled = TRUE;

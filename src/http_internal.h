@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 #include <glib.h>
+#include <openssl/ssl.h>
 
 #include "http.h"
 
@@ -145,6 +146,8 @@ struct http {
 	double stall_timeout;
 	double request_timeout;
 	gboolean direct; /* http_options.direct_receive, and no proxy */
+	/* https:// on the direct path too: its TLS context, else NULL. */
+	SSL_CTX *direct_tls;
 	double backoff_base;
 	double backoff_max;
 	guint max_attempts;
@@ -344,5 +347,35 @@ gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
 /* Closes every connection left in l->dconns (the idle ones, once the
  * attempts are gone): at the loop's teardown. */
 void direct_close_all(struct loop *l);
+
+/* -- http_tls.c, for the direct path ----------------------------------- */
+
+/* A client context that trusts what curl trusts with @ca_file (NULL:
+ * curl's default CA file and directory) and checks as strictly. */
+SSL_CTX *tls_context_new(const char *ca_file, GError **error);
+void tls_context_free(SSL_CTX *ctx);
+
+/* A connection's TLS on the connected socket @fd, to @host (a name, or
+ * an IP address without brackets); NULL with @why. */
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
+
+/* Frees @ssl; @clean: it sends its close_notify first. */
+void tls_free(SSL *ssl, gboolean clean);
+
+/* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
+ * (errno, and @why with the verify result if the certificate was not
+ * trusted). */
+int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
+
+/* As recv() and send() on a non-blocking socket: > 0 bytes; 0 the end
+ * (recv, a close_notify); -1 with errno (EAGAIN: wait for *@events;
+ * else @why). */
+ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events,
+		 char *why, gsize len);
+
+/* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
+gboolean tls_pending(SSL *ssl);
 
 #endif /* BUCKETFS_HTTP_INTERNAL_H */

@@ -20,6 +20,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import tempfile
 import time
@@ -101,9 +102,13 @@ def _wait_line(proc, pattern, what, timeout=20):
 
 
 class TestServer:
-    """The project's own S3 server (tests/s3server/s3server.py)."""
+    """The project's own S3 server (tests/s3server/s3server.py).  With
+    --tls-cert it speaks HTTPS, its control API too: @cafile is what the
+    control requests trust."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, cafile=None):
+        self.tls = ssl.create_default_context(cafile=cafile) if cafile \
+            else None
         script = os.path.join(SRC, "tests", "s3server", "s3server.py")
         self.proc = subprocess.Popen(
             ["/usr/bin/python3", script, "--port", "0", "--quiet", *args],
@@ -117,7 +122,7 @@ class TestServer:
         data = None if body is None else json.dumps(body).encode()
         req = urllib.request.Request(f"{self.url}/_bucketfs/{path}",
                                      data=data, method=method)
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=10, context=self.tls) as r:
             text = r.read()
         return json.loads(text) if text else None
 

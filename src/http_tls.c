@@ -1,0 +1,273 @@
+/* SPDX-License-Identifier: GPL-2.0-or-later */
+/*
+ * http_tls.c - TLS for the direct receive path's https:// connections,
+ * on OpenSSL: the context (trusting what curl trusts), the handshake,
+ * and reads and writes on a non-blocking socket.
+ *
+ * curl connects first to every endpoint and reports every failure its
+ * own way; this file only has to be as strict as curl is, never laxer:
+ * the same CA file and directory (asked of curl itself), the peer's
+ * certificate verified, its name (or IP address) checked against the
+ * host of the URL, SNI for names, TLS 1.2 at least, ALPN http/1.1.
+ *
+ * Threads: the context is shared, read-only once made; a connection's
+ * SSL is its loop's.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include <curl/curl.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
+#include "error.h"
+#include "http_internal.h"
+
+/* Where curl would find its CA certificates with @ca_file set (or not):
+ * curl's own defaults, as it reports them. */
+static void curl_ca_locations(const char *ca_file, char **cainfo,
+			      char **capath)
+{
+	CURL *easy = curl_easy_init();
+	char *s = NULL;
+
+	*cainfo = *capath = NULL;
+	if (!easy) {
+		*cainfo = g_strdup(ca_file);
+		return;
+	}
+	if (ca_file)
+		curl_easy_setopt(easy, CURLOPT_CAINFO, ca_file);
+	if (curl_easy_getinfo(easy, CURLINFO_CAINFO, &s) == CURLE_OK && s)
+		*cainfo = g_strdup(s);
+	s = NULL;
+	if (curl_easy_getinfo(easy, CURLINFO_CAPATH, &s) == CURLE_OK && s)
+		*capath = g_strdup(s);
+	curl_easy_cleanup(easy);
+	if (ca_file && g_strcmp0(*cainfo, ca_file) != 0) {
+		g_free(*cainfo);
+		*cainfo = g_strdup(ca_file);
+	}
+}
+
+/* The first error on OpenSSL's queue as text, and the queue emptied. */
+static void openssl_error(char *buf, gsize len)
+{
+	unsigned long e = ERR_get_error();
+
+	if (e)
+		ERR_error_string_n(e, buf, len);
+	else
+		g_strlcpy(buf, "no further detail from OpenSSL", len);
+	ERR_clear_error();
+}
+
+SSL_CTX *tls_context_new(const char *ca_file, GError **error)
+{
+	static const unsigned char alpn[] = "\x08http/1.1";
+	g_autofree char *cainfo = NULL, *capath = NULL;
+	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+	X509_VERIFY_PARAM *param;
+	char why[256];
+
+	if (!ctx) {
+		openssl_error(why, sizeof(why));
+		g_set_error(error, BFS_ERROR, ENOMEM, "SSL_CTX_new: %s", why);
+		return NULL;
+	}
+	curl_ca_locations(ca_file, &cainfo, &capath);
+	if ((cainfo || capath) &&
+	    SSL_CTX_load_verify_locations(ctx, cainfo, capath) != 1) {
+		openssl_error(why, sizeof(why));
+		g_set_error(error, BFS_ERROR, EINVAL,
+			    "CA certificates from %s%s%s: %s",
+			    cainfo ? cainfo : "", cainfo && capath ? " and " : "",
+			    capath ? capath : "", why);
+		SSL_CTX_free(ctx);
+		return NULL;
+	}
+	if (!cainfo && !capath)
+		SSL_CTX_set_default_verify_paths(ctx);
+	SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+	SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+	SSL_CTX_set_alpn_protos(ctx, alpn, sizeof(alpn) - 1);
+	/* curl's own verification flags with OpenSSL. */
+	param = SSL_CTX_get0_param(ctx);
+	X509_VERIFY_PARAM_set_flags(param, X509_V_FLAG_PARTIAL_CHAIN |
+						   X509_V_FLAG_TRUSTED_FIRST);
+	X509_VERIFY_PARAM_set_hostflags(param,
+					X509_CHECK_FLAG_NO_PARTIAL_WILDCARDS);
+	/* A request is written once and never moves; a body is read in as
+	 * large pieces as the socket has. */
+	SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE |
+				      SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+	SSL_CTX_set_read_ahead(ctx, 1);
+	SSL_CTX_set_default_read_buffer_len(ctx, 64 << 10);
+	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	return ctx;
+}
+
+void tls_context_free(SSL_CTX *ctx)
+{
+	SSL_CTX_free(ctx);
+}
+
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len)
+{
+	SSL *ssl = SSL_new(ctx);
+	unsigned char ip[16];
+	gboolean literal = inet_pton(AF_INET, host, ip) == 1 ||
+			   inet_pton(AF_INET6, host, ip) == 1;
+	gboolean ok;
+
+	if (!ssl) {
+		openssl_error(why, len);
+		return NULL;
+	}
+	ok = SSL_set_fd(ssl, fd) == 1;
+	/* As curl: SNI for a name only; the name or the address checked. */
+	if (ok && literal)
+		ok = X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl), host) ==
+		     1;
+	else if (ok)
+		ok = SSL_set_tlsext_host_name(ssl, host) == 1 &&
+		     SSL_set1_host(ssl, host) == 1;
+	if (!ok) {
+		openssl_error(why, len);
+		SSL_free(ssl);
+		return NULL;
+	}
+	SSL_set_connect_state(ssl);
+	return ssl;
+}
+
+void tls_free(SSL *ssl, gboolean clean)
+{
+	if (!ssl)
+		return;
+	if (clean)
+		SSL_shutdown(ssl); /* one close_notify, not waited for */
+	SSL_free(ssl);
+	ERR_clear_error();
+}
+
+/*
+ * What an OpenSSL call's @ret means: 1 = go on, 0 = wait for *@events,
+ * -1 = failed (errno set, @why its text) or the end: *@eof is 1 after
+ * the peer's close_notify, 2 when the connection ended without one.
+ */
+static int tls_outcome(SSL *ssl, int ret, guint32 *events, int *eof,
+		       char *why, gsize len)
+{
+	int e = errno;
+
+	switch (SSL_get_error(ssl, ret)) {
+	case SSL_ERROR_NONE:
+		return 1;
+	case SSL_ERROR_WANT_READ:
+		*events = EPOLLIN;
+		return 0;
+	case SSL_ERROR_WANT_WRITE:
+		*events = EPOLLIN | EPOLLOUT;
+		return 0;
+	case SSL_ERROR_ZERO_RETURN:
+		*eof = 1;
+		ERR_clear_error();
+		return -1;
+	case SSL_ERROR_SYSCALL:
+		if (ERR_peek_error() == 0) {
+			ERR_clear_error();
+			if (!e) {
+				*eof = 2;
+				return -1;
+			}
+			g_strlcpy(why, g_strerror(e), len);
+			errno = e;
+			return -1;
+		}
+		/* fall through */
+	case SSL_ERROR_SSL:
+		if (ERR_GET_REASON(ERR_peek_error()) ==
+		    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
+			ERR_clear_error();
+			*eof = 2;
+			return -1;
+		}
+		/* fall through */
+	default:
+		openssl_error(why, len);
+		errno = EPROTO;
+		return -1;
+	}
+}
+
+int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len)
+{
+	int eof = 0, r;
+
+	ERR_clear_error();
+	r = tls_outcome(ssl, SSL_do_handshake(ssl), events, &eof, why, len);
+	if (r < 0) {
+		long v = SSL_get_verify_result(ssl);
+
+		if (eof)
+			g_strlcpy(why, "the server closed the connection",
+				  len);
+		if (v != X509_V_OK) {
+			gsize n = strlen(why);
+
+			g_snprintf(why + n, len - n, " [TLS verify result %ld: %s]",
+				   v, X509_verify_cert_error_string(v));
+		}
+	}
+	return r;
+}
+
+ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
+		 gsize len)
+{
+	size_t got = 0;
+	int eof = 0, r;
+
+	ERR_clear_error();
+	r = tls_outcome(ssl, SSL_read_ex(ssl, buf, n, &got), events, &eof, why,
+			len);
+	if (r > 0)
+		return (ssize_t)got;
+	if (eof == 2)
+		g_strlcpy(why,
+			  "the server closed the connection without a TLS "
+			  "close_notify",
+			  len);
+	if (eof)
+		return 0;
+	if (!r)
+		errno = EAGAIN;
+	return -1;
+}
+
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events,
+		 char *why, gsize len)
+{
+	size_t put = 0;
+	int eof = 0, r;
+
+	ERR_clear_error();
+	r = tls_outcome(ssl, SSL_write_ex(ssl, buf, n, &put), events, &eof,
+			why, len);
+	if (r > 0)
+		return (ssize_t)put;
+	if (!r)
+		errno = EAGAIN;
+	else if (eof)
+		errno = EPIPE;
+	return -1;
+}
+
+gboolean tls_pending(SSL *ssl)
+{
+	return SSL_has_pending(ssl);
+}
