@@ -179,10 +179,11 @@ struct http_options {
 	 * not malloc; freed ones stay mapped for the next body, at most this
 	 * many bytes of them (0 = 64 MiB), and the rest are unmapped. */
 	gsize body_idle_max;
-	/* GETs to plain-HTTP endpoints run on the engine's own connections,
-	 * their bodies received straight into the body's buffer, once curl
-	 * has connected to the endpoint (http.c, "the direct receive path");
-	 * off while a proxy is set (http_proxy, all_proxy, ALL_PROXY). */
+	/* GETs run on the engine's own connections, plain or TLS, their
+	 * bodies received straight into the body's buffer, once curl has
+	 * connected to the endpoint (http_direct.c, http_tls.c); off for a
+	 * scheme while its proxy is set (http_proxy, https_proxy,
+	 * all_proxy). */
 	gboolean direct_receive;
 };
 
