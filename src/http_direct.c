@@ -292,12 +292,16 @@ static void direct_watch(struct loop *l, struct dconn *c, guint32 events)
 
 static void direct_close(struct loop *l, struct dconn *c)
 {
+	/* Only a clean connection says goodbye over TLS: never one that
+	 * failed, or that is cut mid-response. */
+	gboolean idle = !c->a && c->link.data;
+
 	if (c->events)
 		epoll_ctl(l->epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	if (!c->a && c->link.data)
 		g_queue_unlink(&c->lane->idle, &c->link);
 	g_hash_table_remove(l->dconns, GINT_TO_POINTER(c->fd));
-	tls_free(c->ssl, !c->a);
+	tls_free(c->ssl, idle);
 	close(c->fd);
 	if (c->lane->sockets > 0)
 		c->lane->sockets--;

@@ -15,6 +15,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
 
@@ -71,6 +72,7 @@ SSL_CTX *tls_context_new(const char *ca_file, GError **error)
 	g_autofree char *cainfo = NULL, *capath = NULL;
 	SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
 	X509_VERIFY_PARAM *param;
+	struct sigaction old;
 	char why[256];
 
 	if (!ctx) {
@@ -78,6 +80,10 @@ SSL_CTX *tls_context_new(const char *ca_file, GError **error)
 		g_set_error(error, BFS_ERROR, ENOMEM, "SSL_CTX_new: %s", why);
 		return NULL;
 	}
+	/* OpenSSL writes to its socket without MSG_NOSIGNAL: a peer that
+	 * has gone must give EPIPE, not end the process. */
+	if (sigaction(SIGPIPE, NULL, &old) == 0 && old.sa_handler == SIG_DFL)
+		signal(SIGPIPE, SIG_IGN);
 	curl_ca_locations(ca_file, &cainfo, &capath);
 	if ((cainfo || capath) &&
 	    SSL_CTX_load_verify_locations(ctx, cainfo, capath) != 1) {
