@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http_internal.h - what http.c and http_direct.c share: the engine's
- * structs and the functions each calls of the other.  Private to the
- * engine; nothing outside src/http*.c includes it.  Every function here
- * runs on the event thread of the loop it is given (or of @a's loop),
- * unless its comment says otherwise; the locking rules are those at the
- * top of http.c.
+ * http_internal.h - what the files of the HTTP engine (src/http*.c) share:
+ * its structs, and the functions each calls of another, one section a
+ * file.  Private to the engine; nothing outside src/http*.c includes it.
+ * Every function here runs on the event thread of the loop it is given
+ * (or of @a's loop), unless its comment says otherwise; the locking rules
+ * are those at the top of http.c.
  */
 #ifndef BUCKETFS_HTTP_INTERNAL_H
 #define BUCKETFS_HTTP_INTERNAL_H
@@ -25,7 +25,13 @@
 /* The slow-transfer backstop, curl's CURLOPT_LOW_SPEED_LIMIT and
  * LOW_SPEED_TIME: fewer than LOW_SPEED_LIMIT bytes a second over
  * low_speed_time() seconds ends a transfer, on either path. */
-#define LOW_SPEED_LIMIT 1L
+#define LOW_SPEED_LIMIT	  1L
+#define TICK_US		  10000 /* the ramp-up's tick */
+#define UNWATCHED_POLL_MS 10	/* a socket epoll refused: see on_socket() */
+/* The retry budget (see "Retries" in http.h): tokens, one per retry. */
+#define BUDGET_MAX	   100.0
+#define BUDGET_PER_REQUEST 0.5	/* earned by each request's first attempt */
+#define BUDGET_REFILL	   10.0 /* earned per second regardless */
 /* The direct receive path (http_direct.c). */
 /* A direct connection's epoll data: DIRECT_TAG, its generation above it
  * (struct dconn's gen), its fd below. */
@@ -270,10 +276,76 @@ struct direct_addr {
 	socklen_t len; /* 0: none, the attempt is curl's */
 };
 
-/* -- http.c, for the direct path ---------------------------------------- */
+/* Milliseconds from @now to @due (monotonic us), rounded up, >= 0. */
+static inline gint64 until(gint64 due, gint64 now)
+{
+	return MAX(0, (due - now + 999) / 1000);
+}
+
+/* What a finished attempt says about its endpoint's health. */
+enum outcome {
+	OUTCOME_OK,	 /* a complete response below 500: it is alive */
+	OUTCOME_FAILED,	 /* a transport failure or a 5xx */
+	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
+};
+
+/* -- http_endpoint.c: endpoints and their health ------------------------ */
+
+void endpoint_free(void *p);
+
+/* An endpoint of @url, parsed by endpoint_url.h (config's parser too). */
+struct endpoint *endpoint_parse(const char *url, guint index, GError **error);
+
+/* The endpoint of index @i (immutable: no lock). */
+struct endpoint *endpoint_at(struct http *http, guint i);
 
 /* @ep as @l's connection cache sees it. */
 struct lane *lane_of(struct loop *l, const struct endpoint *ep);
+
+/* The nearest-rank @pct percentile of @v (sorted in place), or 0. */
+guint32 percentile(guint32 *v, guint n, guint pct);
+
+/* The rest of this section: under http->lock. */
+
+/* The smallest latency known of any endpoint, 0 when none is known. */
+double fastest_ewma(struct http *http);
+
+/* The latency of @ep as the picker sees it; @fastest: fastest_ewma(). */
+double latency_now(const struct endpoint *ep, double fastest, gint64 now);
+
+/* Adds a latency sample of @us to @ep's estimate. */
+void ewma_add(struct http *http, struct endpoint *ep, gint64 us, gint64 now);
+
+/* The healthy endpoint other than @avoid where one more attempt expects
+ * to wait least, or NULL. */
+struct endpoint *pick_healthy(struct http *http, const struct endpoint *avoid,
+			      gint64 now);
+
+/* Where the next round of @req goes; *@probe: it is the probe of an
+ * ejected endpoint. */
+struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
+			       gint64 now, gboolean *probe);
+
+/* Whether a healthy endpoint other than @ep exists. */
+gboolean another_healthy(struct http *http, const struct endpoint *ep);
+
+/* Counts one finished attempt toward its endpoint's health (ejection,
+ * re-admission).  @chain is the attempt's whole cause chain. */
+void health_note(struct http *http, struct attempt *a, enum outcome o,
+		 const char *chain, gint64 now);
+
+/* -- http_request.c: the request as its caller builds it ---------------- */
+
+/* ECANCELED, "cancelled by its caller" (http_cancel_set()). */
+GError *caller_cancelled_error(void);
+
+/* Whether an attempt of @req's round is running. */
+gboolean request_running(const struct http_request *req);
+
+/* -- http_curl.c: curl's side of an attempt ----------------------------- */
+
+/* Gives back an easy handle (kept for a later attempt, or cleaned up). */
+void easy_put(struct loop *l, CURL *easy);
 
 /* Whether a body of @status is an error document, kept only in part. */
 gboolean error_document(long status);
@@ -285,18 +357,110 @@ gboolean body_take(struct attempt *a, long status, const char *p, gsize n);
 /* curl's CURLOPT_HEADERFUNCTION: one header line of @userdata's attempt. */
 size_t on_header(char *buf, size_t size, size_t nitems, void *userdata);
 
+/* curl's CURLMOPT_SOCKETFUNCTION: @userp's loop's epoll set. */
+int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
+	      void *socketp);
+
+/* The backstop's window, in seconds: just past stall_timeout, so that a
+ * full stall is on_progress()'s (or the direct path's) to report. */
+long low_speed_time(const struct http *http);
+
 /* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
 gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
 
 /* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
 void curl_register(struct loop *l, struct attempt *a);
 
-/* The backstop's window, in seconds: just past stall_timeout, so that a
- * full stall is on_progress()'s (or the direct path's) to report. */
-long low_speed_time(const struct http *http);
+/* The response of a finished attempt, borrowing from it. */
+void response_init(struct http_response *resp, struct attempt *a);
 
-/* Milliseconds from @now to @due (monotonic us), rounded up, >= 0. */
-gint64 until(gint64 due, gint64 now);
+/* The verdict on @a, which ended with @rc: its caller's judge() on a
+ * response, or the transport's failure in *@error. */
+enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
+				struct http_response *resp, GError **error);
+
+/* What @a, which ended with @rc, says about its endpoint. */
+enum outcome outcome_of(const struct attempt *a, CURLcode rc);
+
+/* -- http_done.c: how a request ends ------------------------------------ */
+
+/* Frees @a; off its loop's thread, its transfer must be dropped already. */
+void attempt_free(struct attempt *a);
+
+/* Frees @req, whose attempts are all over. */
+void request_free(struct http_request *req);
+
+/* "WHAT via ENDPOINT (attempt k/N, T s): " or "WHAT: " without endpoint;
+ * the caller frees it. */
+char *chain_prefix(const struct http_request *req, const struct endpoint *ep);
+
+/* A done thread's body (pthread_create()): @data is the engine. */
+void *done_thread(void *data);
+
+/* Hands @req to a done thread, with @a (whose response @resp is) and a
+ * copy of @error: done() will be called once, and both freed. */
+void finish(struct http *http, struct http_request *req, struct attempt *a,
+	    struct http_response *resp, const GError *error);
+
+/* Ends @req with @error (taken), prefixed with where it happened. */
+void fail_request(struct http *http, struct http_request *req,
+		  const struct endpoint *ep, struct attempt *a,
+		  struct http_response *resp, GError *error);
+
+/* Hands the refusal of @req (with @error, copied) to a done thread; FALSE
+ * when the done threads are stopping and this is not one of them.  Any
+ * thread. */
+gboolean defer_refusal(struct http *http, struct http_request *req,
+		       const GError *error);
+
+/* -- http_sched.c: admission and scheduling ----------------------------- */
+
+/* Takes a finished or cancelled attempt off the books of the engine. */
+void attempt_unlink(struct loop *l, struct attempt *a);
+
+/* Aborts a running attempt and frees it. */
+void attempt_cancel(struct loop *l, struct attempt *a, gint64 now);
+
+/* Adds a hedged request's latency to the ring.  Under http->lock. */
+void hedge_sample(struct http *http, gint64 us);
+
+/* How long an attempt runs before it is hedged.  Under http->lock. */
+gint64 hedge_delay(struct http *http, gint64 now);
+
+/* Takes @l's work and starts what its slots, the ramp-up and the hedges
+ * allow. */
+void schedule(struct loop *l);
+
+/* Under http->lock: queues @req on a loop, or in http->pending; returns
+ * the loop to wake, or NULL.  Any thread. */
+struct loop *admit(struct http *http, struct http_request *req);
+
+/* -- http_retry.c: the end of an attempt -------------------------------- */
+
+/* @a's transfer ended with @rc: judges it, and wins, retries or fails its
+ * round. */
+void attempt_done(struct loop *l, struct attempt *a, CURLcode rc);
+
+/* -- http_loop.c: the event threads ------------------------------------- */
+
+/* ECANCELED, "the HTTP engine is shutting down". */
+GError *cancelled_error(void);
+
+/* Once the loops are gone: cancels what no loop took.  http_shutdown()'s
+ * thread. */
+void cancel_untaken(struct http *http);
+
+/* Wakes @l's thread.  Any thread. */
+void loop_wake(struct loop *l);
+
+/* A loop's thread (g_thread_new()): @data is the loop. */
+gpointer event_thread(gpointer data);
+
+/* Sets up loop @i, without its thread. */
+gboolean loop_init(struct http *http, guint i, GError **error);
+
+/* Frees what loop_init() set up, once its thread is gone. */
+void loop_clear(struct loop *l);
 
 /* -- http_direct.c, for the engine -------------------------------------- */
 
@@ -348,6 +512,43 @@ gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
  * attempts are gone): at the loop's teardown. */
 void direct_close_all(struct loop *l);
 
+/* -- http_dconn.c: the direct path's connections ------------------------ */
+
+/* A connection of the direct path. */
+struct dconn {
+	int fd;
+	SSL *ssl; /* https://, once its handshake starts */
+	struct lane *lane;
+	struct attempt *a; /* NULL while idle (in lane->idle) */
+	GList link;
+	guint32 events; /* as registered with epoll, 0 = not */
+	guint32 gen;	/* its loop's direct_gen when it opened (epoll data) */
+	gint64 idle_at; /* when it last went idle */
+};
+
+/* The loop's direct connections change by @delta: curl's cap follows. */
+void direct_cap_curl(struct loop *l, int delta);
+
+/* Registers @c with @events in the loop's epoll set (a change only). */
+void direct_watch(struct loop *l, struct dconn *c, guint32 events);
+
+/* Closes @c: its socket, its TLS, its place in the lane and the budget. */
+void direct_close(struct loop *l, struct dconn *c);
+
+/* An idle connection @lane can reuse, or NULL. */
+struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
+
+/* The slice is full: curl keeps fewer idle connections from now on. */
+void direct_squeeze_curl(struct loop *l);
+
+/* send() and recv() on @c, or through its TLS: as send() and recv(); on
+ * EAGAIN, *@events is what to wait for; @why says what failed, and for
+ * recv() at the end of a TLS connection without its close_notify, that. */
+ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+
 /* -- http_tls.c, for the direct path ----------------------------------- */
 
 /* A client context that trusts what curl trusts with @ca_file (NULL:
@@ -372,8 +573,8 @@ int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
  * else @why). */
 ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
 		 gsize len);
-ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events,
-		 char *why, gsize len);
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
 
 /* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
 gboolean tls_pending(SSL *ssl);
