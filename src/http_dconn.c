@@ -153,8 +153,8 @@ void direct_squeeze_curl(struct loop *l)
 
 /* send() on @c, or through its TLS: as send(); on EAGAIN, *@events is
  * what to wait for; @why says what failed. */
-ssize_t dconn_send(struct dconn *c, const char *p, gsize n,
-			  guint32 *events, char *why, gsize len)
+ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
+		   char *why, gsize len)
 {
 	ssize_t r;
 
@@ -171,7 +171,7 @@ ssize_t dconn_send(struct dconn *c, const char *p, gsize n,
  * what to wait for; @why says what failed, and at the end of a TLS
  * connection without its close_notify, that. */
 ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
-			  char *why, gsize len)
+		   char *why, gsize len)
 {
 	ssize_t r;
 

@@ -54,8 +54,8 @@ struct direct {
 	struct dconn *conn;
 	char *url;
 	char *tls_host; /* https://: the name (or address) its TLS checks */
-	GString *req;  /* the request's bytes */
-	gsize req_off; /* of them sent */
+	GString *req;	/* the request's bytes */
+	gsize req_off;	/* of them sent */
 	enum dstate state;
 	gboolean reused;   /* the connection carried a request before */
 	gboolean retried;  /* on a new connection after a reused one died */

@@ -29,8 +29,7 @@
 
 /* Where curl would find its CA certificates with @ca_file set (or not):
  * curl's own defaults, as it reports them. */
-static void curl_ca_locations(const char *ca_file, char **cainfo,
-			      char **capath)
+static void curl_ca_locations(const char *ca_file, char **cainfo, char **capath)
 {
 	CURL *easy = curl_easy_init();
 	char *s = NULL;
@@ -90,7 +89,8 @@ SSL_CTX *tls_context_new(const char *ca_file, GError **error)
 		openssl_error(why, sizeof(why));
 		g_set_error(error, BFS_ERROR, EINVAL,
 			    "CA certificates from %s%s%s: %s",
-			    cainfo ? cainfo : "", cainfo && capath ? " and " : "",
+			    cainfo ? cainfo : "",
+			    cainfo && capath ? " and " : "",
 			    capath ? capath : "", why);
 		SSL_CTX_free(ctx);
 		return NULL;
@@ -165,8 +165,8 @@ void tls_free(SSL *ssl, gboolean clean)
  * -1 = failed (errno set, @why its text) or the end: *@eof is 1 after
  * the peer's close_notify, 2 when the connection ended without one.
  */
-static int tls_outcome(SSL *ssl, int ret, guint32 *events, int *eof,
-		       char *why, gsize len)
+static int tls_outcome(SSL *ssl, int ret, guint32 *events, int *eof, char *why,
+		       gsize len)
 {
 	int e = errno;
 
@@ -220,13 +220,13 @@ int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len)
 		long v = SSL_get_verify_result(ssl);
 
 		if (eof)
-			g_strlcpy(why, "the server closed the connection",
-				  len);
+			g_strlcpy(why, "the server closed the connection", len);
 		if (v != X509_V_OK) {
 			gsize n = strlen(why);
 
-			g_snprintf(why + n, len - n, " [TLS verify result %ld: %s]",
-				   v, X509_verify_cert_error_string(v));
+			g_snprintf(why + n, len - n,
+				   " [TLS verify result %ld: %s]", v,
+				   X509_verify_cert_error_string(v));
 		}
 	}
 	return r;
@@ -255,15 +255,15 @@ ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
 	return -1;
 }
 
-ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events,
-		 char *why, gsize len)
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
+		 gsize len)
 {
 	size_t put = 0;
 	int eof = 0, r;
 
 	ERR_clear_error();
-	r = tls_outcome(ssl, SSL_write_ex(ssl, buf, n, &put), events, &eof,
-			why, len);
+	r = tls_outcome(ssl, SSL_write_ex(ssl, buf, n, &put), events, &eof, why,
+			len);
 	if (r > 0)
 		return (ssize_t)put;
 	if (!r)
