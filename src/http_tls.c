@@ -194,7 +194,7 @@ static int tls_outcome(SSL *ssl, int ret, guint32 *events, int *eof, char *why,
 			errno = e;
 			return -1;
 		}
-		/* fall through */
+		G_GNUC_FALLTHROUGH;
 	case SSL_ERROR_SSL:
 		if (ERR_GET_REASON(ERR_peek_error()) ==
 		    SSL_R_UNEXPECTED_EOF_WHILE_READING) {
@@ -202,7 +202,7 @@ static int tls_outcome(SSL *ssl, int ret, guint32 *events, int *eof, char *why,
 			*eof = 2;
 			return -1;
 		}
-		/* fall through */
+		G_GNUC_FALLTHROUGH;
 	default:
 		openssl_error(why, len);
 		errno = EPROTO;
