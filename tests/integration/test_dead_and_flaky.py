@@ -2,9 +2,9 @@
 """Health when every endpoint looks bad (docs/RELIABILITY.md):
 a real mount with two endpoints, one that refuses every connection and one
 (the test S3 server) that cuts 30% of its answers with an RST.  The flaky
-endpoint was ejected again and again after 5 cuts in a row, so both were
-often ejected at once; it is now kept, as it answers most attempts (issue
-24), and the reads must reach the endpoint that answers.  Every file is read whole with two event threads, every byte is
+endpoint is kept, as it answers most attempts (ejecting it after 5 cuts in
+a row would leave both ejected at once), and the reads must reach the
+endpoint that answers.  Every file is read whole with two event threads, every byte is
 compared, and the dead endpoint gets only the attempts that ejected it and
 one probe per cool-off.
 

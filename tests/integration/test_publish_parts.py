@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""`bucketfs-index publish` of a large index as a multipart upload (issue
-23): an index above --multipart-above goes in parts of --part-size, the
+"""`bucketfs-index publish` of a large index as a multipart upload: an
+index above --multipart-above goes in parts of --part-size, the
 object is the same bytes, its ETag the multipart "-N" one, and a mount
 with -o index_url= fetches and uses it as before.  At the threshold it is
 still one PUT.  A part or a Complete that fails for good: exit 1 with the
