@@ -9,7 +9,7 @@
 
 #include "error.h"
 #include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
 

@@ -1,14 +1,14 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http_internal.h - what the files of the HTTP engine (src/http*.c) share:
+ * http_engine.h - what the files of the HTTP engine (src/http*.c) share:
  * its structs, and the functions each calls of another, one section a
  * file.  Private to the engine; nothing outside src/http*.c includes it.
  * Every function here runs on the event thread of the loop it is given
  * (or of @a's loop), unless its comment says otherwise; the locking rules
  * are those at the top of http.c.
  */
-#ifndef BUCKETFS_HTTP_INTERNAL_H
-#define BUCKETFS_HTTP_INTERNAL_H
+#ifndef BUCKETFS_HTTP_ENGINE_H
+#define BUCKETFS_HTTP_ENGINE_H
 
 #include <pthread.h>
 #include <sys/socket.h>
@@ -579,4 +579,4 @@ ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
 /* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
 gboolean tls_pending(SSL *ssl);
 
-#endif /* BUCKETFS_HTTP_INTERNAL_H */
+#endif /* BUCKETFS_HTTP_ENGINE_H */
