@@ -16,7 +16,6 @@
 
 #include "bufpool.h"
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

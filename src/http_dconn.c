@@ -14,7 +14,6 @@
 
 #include <curl/curl.h>
 
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

@@ -21,7 +21,6 @@
 #include "bufpool.h"
 #include "error.h"
 #include "h1.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

@@ -7,7 +7,6 @@
 #include <pthread.h>
 
 #include "bufpool.h"
-#include "http.h"
 #include "http_engine.h"
 
 /*

@@ -10,7 +10,6 @@
 
 #include "endpoint_url.h"
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

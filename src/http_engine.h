@@ -3,6 +3,8 @@
  * http_engine.h - what the files of the HTTP engine (src/http*.c) share:
  * its structs, and the functions each calls of another, one section a
  * file.  Private to the engine; nothing outside src/http*.c includes it.
+ * It includes http.h, whose types its structs hold, so the engine's files
+ * include this header alone.
  * Every function here runs on the event thread of the loop it is given
  * (or of @a's loop), unless its comment says otherwise; the locking rules
  * are those at the top of http.c.

@@ -13,7 +13,6 @@
 #include <curl/curl.h>
 
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

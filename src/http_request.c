@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 
 #define DEFAULT_BODY_LIMIT (64u << 20)

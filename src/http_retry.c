@@ -10,7 +10,6 @@
 #include <curl/curl.h>
 
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 

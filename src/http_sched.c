@@ -12,7 +12,6 @@
 
 #include "bufpool.h"
 #include "error.h"
-#include "http.h"
 #include "http_engine.h"
 #include "log.h"
 
