@@ -291,6 +291,62 @@ enum outcome {
 	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
 };
 
+/*
+ * The files call one another downward only: each section's functions are
+ * called only from the sections after it, and http.c, the lifecycle
+ * behind http.h, calls into them all and is called by none of them:
+ *
+ *   http_tls.c, http_request.c      TLS; the request as its caller builds it
+ *   http_endpoint.c, http_dconn.c   endpoints; the direct path's connections
+ *   http_curl.c                     curl's side of an attempt
+ *   http_direct.c                   the direct receive path
+ *   http_done.c                     how a request ends
+ *   http_sched.c                    admission and scheduling
+ *   http_retry.c                    the end of an attempt
+ *   http_loop.c                     the event threads
+ *
+ * so that a file reads with only those before it in mind.  What a file
+ * would need of one after it belongs in its own section or one before.
+ */
+
+/* -- http_tls.c: TLS for the direct path -------------------------------- */
+
+/* A client context that trusts what curl trusts with @ca_file (NULL:
+ * curl's default CA file and directory) and checks as strictly. */
+SSL_CTX *tls_context_new(const char *ca_file, GError **error);
+void tls_context_free(SSL_CTX *ctx);
+
+/* A connection's TLS on the connected socket @fd, to @host (a name, or
+ * an IP address without brackets); NULL with @why. */
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
+
+/* Frees @ssl; @clean: it sends its close_notify first. */
+void tls_free(SSL *ssl, gboolean clean);
+
+/* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
+ * (errno, and @why with the verify result if the certificate was not
+ * trusted). */
+int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
+
+/* As recv() and send() on a non-blocking socket: > 0 bytes; 0 the end
+ * (recv, a close_notify); -1 with errno (EAGAIN: wait for *@events;
+ * else @why). */
+ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
+
+/* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
+gboolean tls_pending(SSL *ssl);
+
+/* -- http_request.c: the request as its caller builds it ---------------- */
+
+/* ECANCELED, "cancelled by its caller" (http_cancel_set()). */
+GError *caller_cancelled_error(void);
+
+/* Whether an attempt of @req's round is running. */
+gboolean request_running(const struct http_request *req);
+
 /* -- http_endpoint.c: endpoints and their health ------------------------ */
 
 void endpoint_free(void *p);
@@ -336,13 +392,58 @@ gboolean another_healthy(struct http *http, const struct endpoint *ep);
 void health_note(struct http *http, struct attempt *a, enum outcome o,
 		 const char *chain, gint64 now);
 
-/* -- http_request.c: the request as its caller builds it ---------------- */
+/* -- http_dconn.c: the direct path's connections ------------------------ */
 
-/* ECANCELED, "cancelled by its caller" (http_cancel_set()). */
-GError *caller_cancelled_error(void);
+/* A connection of the direct path. */
+struct dconn {
+	int fd;
+	SSL *ssl; /* https://, once its handshake starts */
+	struct lane *lane;
+	struct attempt *a; /* NULL while idle (in lane->idle) */
+	GList link;
+	guint32 events; /* as registered with epoll, 0 = not */
+	guint32 gen;	/* its loop's direct_gen when it opened (epoll data) */
+	gint64 idle_at; /* when it last went idle */
+};
 
-/* Whether an attempt of @req's round is running. */
-gboolean request_running(const struct http_request *req);
+/* The loop's direct connections change by @delta: curl's cap follows. */
+void direct_cap_curl(struct loop *l, int delta);
+
+/* Registers @c with @events in the loop's epoll set (a change only). */
+void direct_watch(struct loop *l, struct dconn *c, guint32 events);
+
+/* Closes @c: its socket, its TLS, its place in the lane and the budget. */
+void direct_close(struct loop *l, struct dconn *c);
+
+/* An idle connection @lane can reuse, or NULL. */
+struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
+
+/* The slice is full: curl keeps fewer idle connections from now on. */
+void direct_squeeze_curl(struct loop *l);
+
+/* send() and recv() on @c, or through its TLS: as send() and recv(); on
+ * EAGAIN, *@events is what to wait for; @why says what failed, and for
+ * recv() at the end of a TLS connection without its close_notify, that. */
+ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+
+/* Before a socket opens: at the loop's slice, an idle direct one goes.
+ * FALSE: the slice is full of sockets in use, or curl's. */
+gboolean direct_make_room(struct loop *l);
+
+/* The direct connection an epoll event with @data is for, or NULL when it
+ * is gone (a reused fd number with another generation is another's). */
+struct dconn *direct_conn_of(struct loop *l, guint64 data);
+
+/* Closes @l's idle direct connections that have been idle too long (118 s,
+ * curl's own limit for its idle connections).  Cheap: call it each turn. */
+void direct_expire_idle(struct loop *l, gint64 now);
+
+/* Closes every connection left in l->dconns (the idle ones, once the
+ * attempts are gone): at the loop's teardown. */
+void direct_close_all(struct loop *l);
 
 /* -- http_curl.c: curl's side of an attempt ----------------------------- */
 
@@ -383,6 +484,40 @@ enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 
 /* What @a, which ended with @rc, says about its endpoint. */
 enum outcome outcome_of(const struct attempt *a, CURLcode rc);
+
+/* -- http_direct.c: the direct receive path ----------------------------- */
+
+/* Where @req may run on the direct path to @ep at @url: @out's length
+ * is 0 when it may not.  Takes http->lock. */
+void direct_usable(struct http *http, const struct http_request *req,
+		   struct endpoint *ep, const char *url,
+		   struct direct_addr *out);
+
+/* After curl's successful @a: the address it connected to.  Takes
+ * http->lock. */
+void direct_learn(struct http *http, struct attempt *a);
+
+/* A direct transfer of a GET of @url with @headers, to @addr; the caller
+ * owns it until it hands it to an attempt (attempt->d). */
+struct direct *direct_new(struct http *http, const char *url,
+			  GPtrArray *headers, const struct direct_addr *addr);
+
+/* Starts @a (registered, with a->d set) on the direct path, or on curl
+ * when its connection cannot be opened. */
+void direct_begin(struct loop *l, struct attempt *a);
+
+/* Lets go of @a's direct transfer: its connection, unless it went back
+ * idle, is closed mid-response. */
+void direct_drop(struct loop *l, struct attempt *a);
+
+/* A socket event on the direct connection @c (from l->dconns). */
+void direct_event(struct loop *l, struct dconn *c, guint32 events);
+
+/* Deadlines and cancels of the direct path's attempts. */
+void direct_sweep(struct loop *l, gint64 now);
+
+/* Until the direct path's next deadline, in ms, at most @ms. */
+gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
 
 /* -- http_done.c: how a request ends ------------------------------------ */
 
@@ -463,122 +598,5 @@ gboolean loop_init(struct http *http, guint i, GError **error);
 
 /* Frees what loop_init() set up, once its thread is gone. */
 void loop_clear(struct loop *l);
-
-/* -- http_direct.c, for the engine -------------------------------------- */
-
-/* Where @req may run on the direct path to @ep at @url: @out's length
- * is 0 when it may not.  Takes http->lock. */
-void direct_usable(struct http *http, const struct http_request *req,
-		   struct endpoint *ep, const char *url,
-		   struct direct_addr *out);
-
-/* After curl's successful @a: the address it connected to.  Takes
- * http->lock. */
-void direct_learn(struct http *http, struct attempt *a);
-
-/* A direct transfer of a GET of @url with @headers, to @addr; the caller
- * owns it until it hands it to an attempt (attempt->d). */
-struct direct *direct_new(struct http *http, const char *url,
-			  GPtrArray *headers, const struct direct_addr *addr);
-
-/* Starts @a (registered, with a->d set) on the direct path, or on curl
- * when its connection cannot be opened. */
-void direct_begin(struct loop *l, struct attempt *a);
-
-/* Lets go of @a's direct transfer: its connection, unless it went back
- * idle, is closed mid-response. */
-void direct_drop(struct loop *l, struct attempt *a);
-
-/* Before a socket opens: at the loop's slice, an idle direct one goes.
- * FALSE: the slice is full of sockets in use, or curl's. */
-gboolean direct_make_room(struct loop *l);
-
-/* A socket event on the direct connection @c (from l->dconns). */
-void direct_event(struct loop *l, struct dconn *c, guint32 events);
-
-/* The direct connection an epoll event with @data is for, or NULL when it
- * is gone (a reused fd number with another generation is another's). */
-struct dconn *direct_conn_of(struct loop *l, guint64 data);
-
-/* Deadlines and cancels of the direct path's attempts. */
-void direct_sweep(struct loop *l, gint64 now);
-
-/* Closes @l's idle direct connections that have been idle too long (118 s,
- * curl's own limit for its idle connections).  Cheap: call it each turn. */
-void direct_expire_idle(struct loop *l, gint64 now);
-
-/* Until the direct path's next deadline, in ms, at most @ms. */
-gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
-
-/* Closes every connection left in l->dconns (the idle ones, once the
- * attempts are gone): at the loop's teardown. */
-void direct_close_all(struct loop *l);
-
-/* -- http_dconn.c: the direct path's connections ------------------------ */
-
-/* A connection of the direct path. */
-struct dconn {
-	int fd;
-	SSL *ssl; /* https://, once its handshake starts */
-	struct lane *lane;
-	struct attempt *a; /* NULL while idle (in lane->idle) */
-	GList link;
-	guint32 events; /* as registered with epoll, 0 = not */
-	guint32 gen;	/* its loop's direct_gen when it opened (epoll data) */
-	gint64 idle_at; /* when it last went idle */
-};
-
-/* The loop's direct connections change by @delta: curl's cap follows. */
-void direct_cap_curl(struct loop *l, int delta);
-
-/* Registers @c with @events in the loop's epoll set (a change only). */
-void direct_watch(struct loop *l, struct dconn *c, guint32 events);
-
-/* Closes @c: its socket, its TLS, its place in the lane and the budget. */
-void direct_close(struct loop *l, struct dconn *c);
-
-/* An idle connection @lane can reuse, or NULL. */
-struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
-
-/* The slice is full: curl keeps fewer idle connections from now on. */
-void direct_squeeze_curl(struct loop *l);
-
-/* send() and recv() on @c, or through its TLS: as send() and recv(); on
- * EAGAIN, *@events is what to wait for; @why says what failed, and for
- * recv() at the end of a TLS connection without its close_notify, that. */
-ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
-		   char *why, gsize len);
-ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
-		   char *why, gsize len);
-
-/* -- http_tls.c, for the direct path ----------------------------------- */
-
-/* A client context that trusts what curl trusts with @ca_file (NULL:
- * curl's default CA file and directory) and checks as strictly. */
-SSL_CTX *tls_context_new(const char *ca_file, GError **error);
-void tls_context_free(SSL_CTX *ctx);
-
-/* A connection's TLS on the connected socket @fd, to @host (a name, or
- * an IP address without brackets); NULL with @why. */
-SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
-
-/* Frees @ssl; @clean: it sends its close_notify first. */
-void tls_free(SSL *ssl, gboolean clean);
-
-/* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
- * (errno, and @why with the verify result if the certificate was not
- * trusted). */
-int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
-
-/* As recv() and send() on a non-blocking socket: > 0 bytes; 0 the end
- * (recv, a close_notify); -1 with errno (EAGAIN: wait for *@events;
- * else @why). */
-ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
-		 gsize len);
-ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
-		 gsize len);
-
-/* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
-gboolean tls_pending(SSL *ssl);
 
 #endif /* BUCKETFS_HTTP_ENGINE_H */
