@@ -312,15 +312,22 @@ enum outcome {
 /* -- http_tls.c: TLS for the direct path -------------------------------- */
 
 /* A client context that trusts what curl trusts with @ca_file (NULL:
- * curl's default CA file and directory) and checks as strictly. */
+ * curl's default CA file and directory) and checks as strictly; the
+ * caller owns it.  NULL with @error (ENOMEM; EINVAL: the CA certificates
+ * do not load).  http_new()'s thread; read-only once made, so the loops
+ * share it. */
 SSL_CTX *tls_context_new(const char *ca_file, GError **error);
+
+/* Frees a context of tls_context_new() (NULL: nothing), once no
+ * connection uses it.  http_free()'s thread. */
 void tls_context_free(SSL_CTX *ctx);
 
 /* A connection's TLS on the connected socket @fd, to @host (a name, or
- * an IP address without brackets); NULL with @why. */
+ * an IP address without brackets); NULL with @why.  The caller owns it
+ * (tls_free()); @fd stays the caller's, open after tls_free(). */
 SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
 
-/* Frees @ssl; @clean: it sends its close_notify first. */
+/* Frees @ssl (NULL: nothing); @clean: it sends its close_notify first. */
 void tls_free(SSL *ssl, gboolean clean);
 
 /* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
@@ -328,11 +335,14 @@ void tls_free(SSL *ssl, gboolean clean);
  * trusted). */
 int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
 
-/* As recv() and send() on a non-blocking socket: > 0 bytes; 0 the end
- * (recv, a close_notify); -1 with errno (EAGAIN: wait for *@events;
+/* As recv() on a non-blocking socket: > 0 bytes; 0 the end (without a
+ * close_notify, @why says so); -1 with errno (EAGAIN: wait for *@events;
  * else @why). */
 ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
 		 gsize len);
+
+/* As send() on a non-blocking socket: > 0 bytes; -1 with errno (EAGAIN:
+ * wait for *@events; EPIPE: the peer ended the connection; else @why). */
 ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
 		 gsize len);
 
@@ -341,7 +351,8 @@ gboolean tls_pending(SSL *ssl);
 
 /* -- http_request.c: the request as its caller builds it ---------------- */
 
-/* ECANCELED, "cancelled by its caller" (http_cancel_set()). */
+/* ECANCELED, "cancelled by its caller" (http_cancel_set()); the caller
+ * owns it.  Any thread. */
 GError *caller_cancelled_error(void);
 
 /* Whether an attempt of @req's round is running. */
@@ -349,18 +360,23 @@ gboolean request_running(const struct http_request *req);
 
 /* -- http_endpoint.c: endpoints and their health ------------------------ */
 
+/* Frees an endpoint of endpoint_parse() (@p), http->endpoints' free
+ * function.  http_free()'s thread. */
 void endpoint_free(void *p);
 
-/* An endpoint of @url, parsed by endpoint_url.h (config's parser too). */
+/* An endpoint of @url, parsed by endpoint_url.h (config's parser too);
+ * the caller owns it.  NULL with @error (EINVAL).  http_new()'s thread. */
 struct endpoint *endpoint_parse(const char *url, guint index, GError **error);
 
-/* The endpoint of index @i (immutable: no lock). */
+/* The endpoint of index @i, borrowed until http_free() (immutable: any
+ * thread, no lock). */
 struct endpoint *endpoint_at(struct http *http, guint i);
 
-/* @ep as @l's connection cache sees it. */
+/* @ep as @l's connection cache sees it, borrowed until loop_clear(). */
 struct lane *lane_of(struct loop *l, const struct endpoint *ep);
 
-/* The nearest-rank @pct percentile of @v (sorted in place), or 0. */
+/* The nearest-rank @pct percentile of @v (sorted in place), or 0.  Any
+ * thread. */
 guint32 percentile(guint32 *v, guint n, guint pct);
 
 /* The rest of this section: under http->lock. */
@@ -388,13 +404,14 @@ struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
 gboolean another_healthy(struct http *http, const struct endpoint *ep);
 
 /* Counts one finished attempt toward its endpoint's health (ejection,
- * re-admission).  @chain is the attempt's whole cause chain. */
+ * re-admission).  @chain is the attempt's whole cause chain, borrowed. */
 void health_note(struct http *http, struct attempt *a, enum outcome o,
 		 const char *chain, gint64 now);
 
 /* -- http_dconn.c: the direct path's connections ------------------------ */
 
-/* A connection of the direct path. */
+/* A connection of the direct path, its loop's: in l->dconns from its
+ * opening to direct_close(). */
 struct dconn {
 	int fd;
 	SSL *ssl; /* https://, once its handshake starts */
@@ -412,29 +429,35 @@ void direct_cap_curl(struct loop *l, int delta);
 /* Registers @c with @events in the loop's epoll set (a change only). */
 void direct_watch(struct loop *l, struct dconn *c, guint32 events);
 
-/* Closes @c: its socket, its TLS, its place in the lane and the budget. */
+/* Closes and frees @c: its socket, its TLS, its place in the lane and the
+ * budget. */
 void direct_close(struct loop *l, struct dconn *c);
-
-/* An idle connection @lane can reuse, or NULL. */
-struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
-
-/* The slice is full: curl keeps fewer idle connections from now on. */
-void direct_squeeze_curl(struct loop *l);
-
-/* send() and recv() on @c, or through its TLS: as send() and recv(); on
- * EAGAIN, *@events is what to wait for; @why says what failed, and for
- * recv() at the end of a TLS connection without its close_notify, that. */
-ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
-		   char *why, gsize len);
-ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
-		   char *why, gsize len);
 
 /* Before a socket opens: at the loop's slice, an idle direct one goes.
  * FALSE: the slice is full of sockets in use, or curl's. */
 gboolean direct_make_room(struct loop *l);
 
-/* The direct connection an epoll event with @data is for, or NULL when it
- * is gone (a reused fd number with another generation is another's). */
+/* An idle connection @lane can reuse, taken off its idle list, or NULL;
+ * those that cannot be reused are closed on the way. */
+struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
+
+/* The slice is full: curl keeps fewer idle connections from now on. */
+void direct_squeeze_curl(struct loop *l);
+
+/* send() on @c, or through its TLS: as send(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed. */
+ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+
+/* recv() on @c, or through its TLS: as recv(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed, and at the end of a TLS
+ * connection without its close_notify, that. */
+ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
+		   char *why, gsize len);
+
+/* The direct connection an epoll event with @data is for, borrowed, or
+ * NULL when it is gone (a reused fd number with another generation is
+ * another's). */
 struct dconn *direct_conn_of(struct loop *l, guint64 data);
 
 /* Closes @l's idle direct connections that have been idle too long (118 s,
@@ -442,19 +465,22 @@ struct dconn *direct_conn_of(struct loop *l, guint64 data);
 void direct_expire_idle(struct loop *l, gint64 now);
 
 /* Closes every connection left in l->dconns (the idle ones, once the
- * attempts are gone): at the loop's teardown. */
+ * attempts are gone): at the loop's teardown, on http_free()'s thread. */
 void direct_close_all(struct loop *l);
 
 /* -- http_curl.c: curl's side of an attempt ----------------------------- */
 
-/* Gives back an easy handle (kept for a later attempt, or cleaned up). */
+/* Takes @easy back from an attempt: kept for a later one, or cleaned
+ * up. */
 void easy_put(struct loop *l, CURL *easy);
 
-/* Whether a body of @status is an error document, kept only in part. */
+/* Whether a body of @status is an error document, kept only in part.  Any
+ * thread. */
 gboolean error_document(long status);
 
-/* @n bytes of @a's body, which came with @status: FALSE when they overflow
- * the body's limit (the transfer must end). */
+/* @n bytes of @a's body, which came with @status, copied into a->body (an
+ * error document's head only): FALSE when they overflow the body's limit
+ * (the transfer must end). */
 gboolean body_take(struct attempt *a, long status, const char *p, gsize n);
 
 /* curl's CURLOPT_HEADERFUNCTION: one header line of @userdata's attempt. */
@@ -465,20 +491,23 @@ int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
 	      void *socketp);
 
 /* The backstop's window, in seconds: just past stall_timeout, so that a
- * full stall is on_progress()'s (or the direct path's) to report. */
+ * full stall is on_progress()'s (or the direct path's) to report.  Any
+ * thread. */
 long low_speed_time(const struct http *http);
 
-/* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
+/* Gives @a an easy handle set up for @url, @a's until easy_put(); FALSE:
+ * curl_easy_init() failed. */
 gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
 
 /* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
 void curl_register(struct loop *l, struct attempt *a);
 
-/* The response of a finished attempt, borrowing from it. */
+/* The response of a finished attempt, borrowing from it until it is
+ * freed. */
 void response_init(struct http_response *resp, struct attempt *a);
 
 /* The verdict on @a, which ended with @rc: its caller's judge() on a
- * response, or the transport's failure in *@error. */
+ * response, or the transport's failure in *@error (the caller's). */
 enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
 				struct http_response *resp, GError **error);
 
@@ -497,8 +526,8 @@ void direct_usable(struct http *http, const struct http_request *req,
  * http->lock. */
 void direct_learn(struct http *http, struct attempt *a);
 
-/* A direct transfer of a GET of @url with @headers, to @addr; the caller
- * owns it until it hands it to an attempt (attempt->d). */
+/* A direct transfer of a GET of @url with @headers (copied), to @addr;
+ * the caller owns it until it hands it to an attempt (attempt->d). */
 struct direct *direct_new(struct http *http, const char *url,
 			  GPtrArray *headers, const struct direct_addr *addr);
 
@@ -506,8 +535,8 @@ struct direct *direct_new(struct http *http, const char *url,
  * when its connection cannot be opened. */
 void direct_begin(struct loop *l, struct attempt *a);
 
-/* Lets go of @a's direct transfer: its connection, unless it went back
- * idle, is closed mid-response. */
+/* Lets go of and frees @a's direct transfer (none: nothing): its
+ * connection, unless it went back idle, is closed mid-response. */
 void direct_drop(struct loop *l, struct attempt *a);
 
 /* A socket event on the direct connection @c (from l->dconns). */
@@ -521,38 +550,45 @@ gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
 
 /* -- http_done.c: how a request ends ------------------------------------ */
 
-/* Frees @a; off its loop's thread, its transfer must be dropped already. */
+/* Frees @a (NULL: nothing) with its body and headers; off its loop's
+ * thread (a done thread), its transfer must be dropped already. */
 void attempt_free(struct attempt *a);
 
-/* Frees @req, whose attempts are all over. */
+/* Frees @req, whose attempts are all over, and its data (data_free()).
+ * Any thread, once no loop holds it. */
 void request_free(struct http_request *req);
 
 /* "WHAT via ENDPOINT (attempt k/N, T s): " or "WHAT: " without endpoint;
- * the caller frees it. */
+ * the caller frees it.  The thread that holds @req. */
 char *chain_prefix(const struct http_request *req, const struct endpoint *ep);
 
-/* A done thread's body (pthread_create()): @data is the engine. */
+/* A done thread's body (pthread_create() by http_new()): @data is the
+ * engine.  Returns once http->done_stop is set and its queue is empty. */
 void *done_thread(void *data);
 
-/* Hands @req to a done thread, with @a (whose response @resp is) and a
- * copy of @error: done() will be called once, and both freed. */
+/* Takes @req and @a (whose response @resp is) off their loop and hands
+ * them to a done thread with a copy of @error: done() will be called
+ * once, and both freed.  On the loop's thread, or on http_shutdown()'s
+ * for a request no loop took (cancel_untaken()). */
 void finish(struct http *http, struct http_request *req, struct attempt *a,
 	    struct http_response *resp, const GError *error);
 
-/* Ends @req with @error (taken), prefixed with where it happened. */
+/* Ends @req with @error (taken), prefixed with where it happened, as
+ * finish() does (and on the same threads). */
 void fail_request(struct http *http, struct http_request *req,
 		  const struct endpoint *ep, struct attempt *a,
 		  struct http_response *resp, GError *error);
 
-/* Hands the refusal of @req (with @error, copied) to a done thread; FALSE
- * when the done threads are stopping and this is not one of them.  Any
- * thread. */
+/* Hands the refusal of @req (taken, with @error, copied) to a done
+ * thread; FALSE when the done threads are stopping and this is not one of
+ * them (@req is then still the caller's).  Any thread. */
 gboolean defer_refusal(struct http *http, struct http_request *req,
 		       const GError *error);
 
 /* -- http_sched.c: admission and scheduling ----------------------------- */
 
-/* Takes a finished or cancelled attempt off the books of the engine. */
+/* Takes a finished or cancelled attempt off the books of the engine (the
+ * caller still owns it). */
 void attempt_unlink(struct loop *l, struct attempt *a);
 
 /* Aborts a running attempt and frees it. */
@@ -568,19 +604,20 @@ gint64 hedge_delay(struct http *http, gint64 now);
  * allow. */
 void schedule(struct loop *l);
 
-/* Under http->lock: queues @req on a loop, or in http->pending; returns
- * the loop to wake, or NULL.  Any thread. */
+/* Under http->lock: queues @req (taken) on a loop, or in http->pending;
+ * returns the loop to wake, or NULL.  Any thread. */
 struct loop *admit(struct http *http, struct http_request *req);
 
 /* -- http_retry.c: the end of an attempt -------------------------------- */
 
 /* @a's transfer ended with @rc: judges it, and wins, retries or fails its
- * round. */
+ * round.  Takes @a. */
 void attempt_done(struct loop *l, struct attempt *a, CURLcode rc);
 
 /* -- http_loop.c: the event threads ------------------------------------- */
 
-/* ECANCELED, "the HTTP engine is shutting down". */
+/* ECANCELED, "the HTTP engine is shutting down"; the caller owns it.  Any
+ * thread. */
 GError *cancelled_error(void);
 
 /* Once the loops are gone: cancels what no loop took.  http_shutdown()'s
@@ -590,13 +627,17 @@ void cancel_untaken(struct http *http);
 /* Wakes @l's thread.  Any thread. */
 void loop_wake(struct loop *l);
 
-/* A loop's thread (g_thread_new()): @data is the loop. */
+/* A loop's thread (g_thread_new() by http_new()): @data is the loop.
+ * Returns once http->stopping is set, its requests cancelled. */
 gpointer event_thread(gpointer data);
 
-/* Sets up loop @i, without its thread. */
+/* Sets up loop @i, without its thread; FALSE with @error (errno of
+ * epoll_create1(), eventfd() or epoll_ctl(); EIO: curl_multi_init()),
+ * and loop_clear() still frees what was set up.  http_new()'s thread. */
 gboolean loop_init(struct http *http, guint i, GError **error);
 
-/* Frees what loop_init() set up, once its thread is gone. */
+/* Frees what loop_init() set up, once its thread is gone.  http_free()'s
+ * thread. */
 void loop_clear(struct loop *l);
 
 #endif /* BUCKETFS_HTTP_ENGINE_H */
