@@ -42,7 +42,7 @@
 #include "bufpool.h"
 #include "error.h"
 #include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 #include "version.h"
 

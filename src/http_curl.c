@@ -16,8 +16,7 @@
 
 #include "bufpool.h"
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 #define ERROR_BODY_LIMIT (64u << 10)

@@ -14,8 +14,7 @@
 
 #include <curl/curl.h>
 
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 /* An idle connection older than this is closed, never reused: curl's

@@ -4,7 +4,7 @@
  * HTTP and over TLS (http_tls.c).
  *
  * Runs on the event thread of the attempt's loop, like the rest of the
- * engine (http.c); http_internal.h is what they share.
+ * engine (http.c); http_engine.h is what they share.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -21,8 +21,7 @@
 #include "bufpool.h"
 #include "error.h"
 #include "h1.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 #define DIRECT_SCRATCH (64u << 10)

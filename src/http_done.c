@@ -7,8 +7,7 @@
 #include <pthread.h>
 
 #include "bufpool.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 
 /*
  * A finished request on its way to done().  done() runs on one of the

@@ -10,8 +10,7 @@
 
 #include "endpoint_url.h"
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 #define EWMA_WEIGHT	  0.2		 /* of the newest latency */

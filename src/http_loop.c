@@ -13,8 +13,7 @@
 #include <curl/curl.h>
 
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 #define MAX_POLL_MS 1000

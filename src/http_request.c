@@ -8,8 +8,7 @@
 #include <string.h>
 
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 
 #define DEFAULT_BODY_LIMIT (64u << 20)
 

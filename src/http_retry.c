@@ -10,8 +10,7 @@
 #include <curl/curl.h>
 
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 #define UNREACH_WAIT_MAX 1.0 /* seconds: a store's return is seen soon */

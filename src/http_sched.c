@@ -12,8 +12,7 @@
 
 #include "bufpool.h"
 #include "error.h"
-#include "http.h"
-#include "http_internal.h"
+#include "http_engine.h"
 #include "log.h"
 
 static gboolean hedgeable(struct http *http, const struct http_request *req)

@@ -25,7 +25,7 @@
 #include <openssl/x509v3.h>
 
 #include "error.h"
-#include "http_internal.h"
+#include "http_engine.h"
 
 /* Where curl would find its CA certificates with @ca_file set (or not):
  * curl's own defaults, as it reports them. */

@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * http_internal.h - what the files of the HTTP engine (src/http*.c) share:
+ * http_engine.h - what the files of the HTTP engine (src/http*.c) share:
  * its structs, and the functions each calls of another, one section a
  * file.  Private to the engine; nothing outside src/http*.c includes it.
+ * It includes http.h, whose types its structs hold, so the engine's files
+ * include this header alone.
  * Every function here runs on the event thread of the loop it is given
  * (or of @a's loop), unless its comment says otherwise; the locking rules
  * are those at the top of http.c.
  */
-#ifndef BUCKETFS_HTTP_INTERNAL_H
-#define BUCKETFS_HTTP_INTERNAL_H
+#ifndef BUCKETFS_HTTP_ENGINE_H
+#define BUCKETFS_HTTP_ENGINE_H
 
 #include <pthread.h>
 #include <sys/socket.h>
@@ -289,20 +291,92 @@ enum outcome {
 	OUTCOME_NEUTRAL, /* says nothing about the endpoint */
 };
 
+/*
+ * The files call one another downward only: each section's functions are
+ * called only from the sections after it, and http.c, the lifecycle
+ * behind http.h, calls into them all and is called by none of them:
+ *
+ *   http_tls.c, http_request.c      TLS; the request as its caller builds it
+ *   http_endpoint.c, http_dconn.c   endpoints; the direct path's connections
+ *   http_curl.c                     curl's side of an attempt
+ *   http_direct.c                   the direct receive path
+ *   http_done.c                     how a request ends
+ *   http_sched.c                    admission and scheduling
+ *   http_retry.c                    the end of an attempt
+ *   http_loop.c                     the event threads
+ *
+ * so that a file reads with only those before it in mind.  What a file
+ * would need of one after it belongs in its own section or one before.
+ */
+
+/* -- http_tls.c: TLS for the direct path -------------------------------- */
+
+/* A client context that trusts what curl trusts with @ca_file (NULL:
+ * curl's default CA file and directory) and checks as strictly; the
+ * caller owns it.  NULL with @error (ENOMEM; EINVAL: the CA certificates
+ * do not load).  http_new()'s thread; read-only once made, so the loops
+ * share it. */
+SSL_CTX *tls_context_new(const char *ca_file, GError **error);
+
+/* Frees a context of tls_context_new() (NULL: nothing), once no
+ * connection uses it.  http_free()'s thread. */
+void tls_context_free(SSL_CTX *ctx);
+
+/* A connection's TLS on the connected socket @fd, to @host (a name, or
+ * an IP address without brackets); NULL with @why.  The caller owns it
+ * (tls_free()); @fd stays the caller's, open after tls_free(). */
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
+
+/* Frees @ssl (NULL: nothing); @clean: it sends its close_notify first. */
+void tls_free(SSL *ssl, gboolean clean);
+
+/* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
+ * (errno, and @why with the verify result if the certificate was not
+ * trusted). */
+int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
+
+/* As recv() on a non-blocking socket: > 0 bytes; 0 the end (without a
+ * close_notify, @why says so); -1 with errno (EAGAIN: wait for *@events;
+ * else @why). */
+ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
+
+/* As send() on a non-blocking socket: > 0 bytes; -1 with errno (EAGAIN:
+ * wait for *@events; EPIPE: the peer ended the connection; else @why). */
+ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
+		 gsize len);
+
+/* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
+gboolean tls_pending(SSL *ssl);
+
+/* -- http_request.c: the request as its caller builds it ---------------- */
+
+/* ECANCELED, "cancelled by its caller" (http_cancel_set()); the caller
+ * owns it.  Any thread. */
+GError *caller_cancelled_error(void);
+
+/* Whether an attempt of @req's round is running. */
+gboolean request_running(const struct http_request *req);
+
 /* -- http_endpoint.c: endpoints and their health ------------------------ */
 
+/* Frees an endpoint of endpoint_parse() (@p), http->endpoints' free
+ * function.  http_free()'s thread. */
 void endpoint_free(void *p);
 
-/* An endpoint of @url, parsed by endpoint_url.h (config's parser too). */
+/* An endpoint of @url, parsed by endpoint_url.h (config's parser too);
+ * the caller owns it.  NULL with @error (EINVAL).  http_new()'s thread. */
 struct endpoint *endpoint_parse(const char *url, guint index, GError **error);
 
-/* The endpoint of index @i (immutable: no lock). */
+/* The endpoint of index @i, borrowed until http_free() (immutable: any
+ * thread, no lock). */
 struct endpoint *endpoint_at(struct http *http, guint i);
 
-/* @ep as @l's connection cache sees it. */
+/* @ep as @l's connection cache sees it, borrowed until loop_clear(). */
 struct lane *lane_of(struct loop *l, const struct endpoint *ep);
 
-/* The nearest-rank @pct percentile of @v (sorted in place), or 0. */
+/* The nearest-rank @pct percentile of @v (sorted in place), or 0.  Any
+ * thread. */
 guint32 percentile(guint32 *v, guint n, guint pct);
 
 /* The rest of this section: under http->lock. */
@@ -330,191 +404,14 @@ struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
 gboolean another_healthy(struct http *http, const struct endpoint *ep);
 
 /* Counts one finished attempt toward its endpoint's health (ejection,
- * re-admission).  @chain is the attempt's whole cause chain. */
+ * re-admission).  @chain is the attempt's whole cause chain, borrowed. */
 void health_note(struct http *http, struct attempt *a, enum outcome o,
 		 const char *chain, gint64 now);
 
-/* -- http_request.c: the request as its caller builds it ---------------- */
-
-/* ECANCELED, "cancelled by its caller" (http_cancel_set()). */
-GError *caller_cancelled_error(void);
-
-/* Whether an attempt of @req's round is running. */
-gboolean request_running(const struct http_request *req);
-
-/* -- http_curl.c: curl's side of an attempt ----------------------------- */
-
-/* Gives back an easy handle (kept for a later attempt, or cleaned up). */
-void easy_put(struct loop *l, CURL *easy);
-
-/* Whether a body of @status is an error document, kept only in part. */
-gboolean error_document(long status);
-
-/* @n bytes of @a's body, which came with @status: FALSE when they overflow
- * the body's limit (the transfer must end). */
-gboolean body_take(struct attempt *a, long status, const char *p, gsize n);
-
-/* curl's CURLOPT_HEADERFUNCTION: one header line of @userdata's attempt. */
-size_t on_header(char *buf, size_t size, size_t nitems, void *userdata);
-
-/* curl's CURLMOPT_SOCKETFUNCTION: @userp's loop's epoll set. */
-int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
-	      void *socketp);
-
-/* The backstop's window, in seconds: just past stall_timeout, so that a
- * full stall is on_progress()'s (or the direct path's) to report. */
-long low_speed_time(const struct http *http);
-
-/* Gives @a an easy handle set up for @url; FALSE: curl_easy_init() failed. */
-gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
-
-/* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
-void curl_register(struct loop *l, struct attempt *a);
-
-/* The response of a finished attempt, borrowing from it. */
-void response_init(struct http_response *resp, struct attempt *a);
-
-/* The verdict on @a, which ended with @rc: its caller's judge() on a
- * response, or the transport's failure in *@error. */
-enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
-				struct http_response *resp, GError **error);
-
-/* What @a, which ended with @rc, says about its endpoint. */
-enum outcome outcome_of(const struct attempt *a, CURLcode rc);
-
-/* -- http_done.c: how a request ends ------------------------------------ */
-
-/* Frees @a; off its loop's thread, its transfer must be dropped already. */
-void attempt_free(struct attempt *a);
-
-/* Frees @req, whose attempts are all over. */
-void request_free(struct http_request *req);
-
-/* "WHAT via ENDPOINT (attempt k/N, T s): " or "WHAT: " without endpoint;
- * the caller frees it. */
-char *chain_prefix(const struct http_request *req, const struct endpoint *ep);
-
-/* A done thread's body (pthread_create()): @data is the engine. */
-void *done_thread(void *data);
-
-/* Hands @req to a done thread, with @a (whose response @resp is) and a
- * copy of @error: done() will be called once, and both freed. */
-void finish(struct http *http, struct http_request *req, struct attempt *a,
-	    struct http_response *resp, const GError *error);
-
-/* Ends @req with @error (taken), prefixed with where it happened. */
-void fail_request(struct http *http, struct http_request *req,
-		  const struct endpoint *ep, struct attempt *a,
-		  struct http_response *resp, GError *error);
-
-/* Hands the refusal of @req (with @error, copied) to a done thread; FALSE
- * when the done threads are stopping and this is not one of them.  Any
- * thread. */
-gboolean defer_refusal(struct http *http, struct http_request *req,
-		       const GError *error);
-
-/* -- http_sched.c: admission and scheduling ----------------------------- */
-
-/* Takes a finished or cancelled attempt off the books of the engine. */
-void attempt_unlink(struct loop *l, struct attempt *a);
-
-/* Aborts a running attempt and frees it. */
-void attempt_cancel(struct loop *l, struct attempt *a, gint64 now);
-
-/* Adds a hedged request's latency to the ring.  Under http->lock. */
-void hedge_sample(struct http *http, gint64 us);
-
-/* How long an attempt runs before it is hedged.  Under http->lock. */
-gint64 hedge_delay(struct http *http, gint64 now);
-
-/* Takes @l's work and starts what its slots, the ramp-up and the hedges
- * allow. */
-void schedule(struct loop *l);
-
-/* Under http->lock: queues @req on a loop, or in http->pending; returns
- * the loop to wake, or NULL.  Any thread. */
-struct loop *admit(struct http *http, struct http_request *req);
-
-/* -- http_retry.c: the end of an attempt -------------------------------- */
-
-/* @a's transfer ended with @rc: judges it, and wins, retries or fails its
- * round. */
-void attempt_done(struct loop *l, struct attempt *a, CURLcode rc);
-
-/* -- http_loop.c: the event threads ------------------------------------- */
-
-/* ECANCELED, "the HTTP engine is shutting down". */
-GError *cancelled_error(void);
-
-/* Once the loops are gone: cancels what no loop took.  http_shutdown()'s
- * thread. */
-void cancel_untaken(struct http *http);
-
-/* Wakes @l's thread.  Any thread. */
-void loop_wake(struct loop *l);
-
-/* A loop's thread (g_thread_new()): @data is the loop. */
-gpointer event_thread(gpointer data);
-
-/* Sets up loop @i, without its thread. */
-gboolean loop_init(struct http *http, guint i, GError **error);
-
-/* Frees what loop_init() set up, once its thread is gone. */
-void loop_clear(struct loop *l);
-
-/* -- http_direct.c, for the engine -------------------------------------- */
-
-/* Where @req may run on the direct path to @ep at @url: @out's length
- * is 0 when it may not.  Takes http->lock. */
-void direct_usable(struct http *http, const struct http_request *req,
-		   struct endpoint *ep, const char *url,
-		   struct direct_addr *out);
-
-/* After curl's successful @a: the address it connected to.  Takes
- * http->lock. */
-void direct_learn(struct http *http, struct attempt *a);
-
-/* A direct transfer of a GET of @url with @headers, to @addr; the caller
- * owns it until it hands it to an attempt (attempt->d). */
-struct direct *direct_new(struct http *http, const char *url,
-			  GPtrArray *headers, const struct direct_addr *addr);
-
-/* Starts @a (registered, with a->d set) on the direct path, or on curl
- * when its connection cannot be opened. */
-void direct_begin(struct loop *l, struct attempt *a);
-
-/* Lets go of @a's direct transfer: its connection, unless it went back
- * idle, is closed mid-response. */
-void direct_drop(struct loop *l, struct attempt *a);
-
-/* Before a socket opens: at the loop's slice, an idle direct one goes.
- * FALSE: the slice is full of sockets in use, or curl's. */
-gboolean direct_make_room(struct loop *l);
-
-/* A socket event on the direct connection @c (from l->dconns). */
-void direct_event(struct loop *l, struct dconn *c, guint32 events);
-
-/* The direct connection an epoll event with @data is for, or NULL when it
- * is gone (a reused fd number with another generation is another's). */
-struct dconn *direct_conn_of(struct loop *l, guint64 data);
-
-/* Deadlines and cancels of the direct path's attempts. */
-void direct_sweep(struct loop *l, gint64 now);
-
-/* Closes @l's idle direct connections that have been idle too long (118 s,
- * curl's own limit for its idle connections).  Cheap: call it each turn. */
-void direct_expire_idle(struct loop *l, gint64 now);
-
-/* Until the direct path's next deadline, in ms, at most @ms. */
-gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
-
-/* Closes every connection left in l->dconns (the idle ones, once the
- * attempts are gone): at the loop's teardown. */
-void direct_close_all(struct loop *l);
-
 /* -- http_dconn.c: the direct path's connections ------------------------ */
 
-/* A connection of the direct path. */
+/* A connection of the direct path, its loop's: in l->dconns from its
+ * opening to direct_close(). */
 struct dconn {
 	int fd;
 	SSL *ssl; /* https://, once its handshake starts */
@@ -532,51 +429,215 @@ void direct_cap_curl(struct loop *l, int delta);
 /* Registers @c with @events in the loop's epoll set (a change only). */
 void direct_watch(struct loop *l, struct dconn *c, guint32 events);
 
-/* Closes @c: its socket, its TLS, its place in the lane and the budget. */
+/* Closes and frees @c: its socket, its TLS, its place in the lane and the
+ * budget. */
 void direct_close(struct loop *l, struct dconn *c);
 
-/* An idle connection @lane can reuse, or NULL. */
+/* Before a socket opens: at the loop's slice, an idle direct one goes.
+ * FALSE: the slice is full of sockets in use, or curl's. */
+gboolean direct_make_room(struct loop *l);
+
+/* An idle connection @lane can reuse, taken off its idle list, or NULL;
+ * those that cannot be reused are closed on the way. */
 struct dconn *direct_take_idle(struct loop *l, struct lane *lane);
 
 /* The slice is full: curl keeps fewer idle connections from now on. */
 void direct_squeeze_curl(struct loop *l);
 
-/* send() and recv() on @c, or through its TLS: as send() and recv(); on
- * EAGAIN, *@events is what to wait for; @why says what failed, and for
- * recv() at the end of a TLS connection without its close_notify, that. */
+/* send() on @c, or through its TLS: as send(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed. */
 ssize_t dconn_send(struct dconn *c, const char *p, gsize n, guint32 *events,
 		   char *why, gsize len);
+
+/* recv() on @c, or through its TLS: as recv(); on EAGAIN, *@events is
+ * what to wait for; @why says what failed, and at the end of a TLS
+ * connection without its close_notify, that. */
 ssize_t dconn_recv(struct dconn *c, char *p, gsize n, guint32 *events,
 		   char *why, gsize len);
 
-/* -- http_tls.c, for the direct path ----------------------------------- */
+/* The direct connection an epoll event with @data is for, borrowed, or
+ * NULL when it is gone (a reused fd number with another generation is
+ * another's). */
+struct dconn *direct_conn_of(struct loop *l, guint64 data);
 
-/* A client context that trusts what curl trusts with @ca_file (NULL:
- * curl's default CA file and directory) and checks as strictly. */
-SSL_CTX *tls_context_new(const char *ca_file, GError **error);
-void tls_context_free(SSL_CTX *ctx);
+/* Closes @l's idle direct connections that have been idle too long (118 s,
+ * curl's own limit for its idle connections).  Cheap: call it each turn. */
+void direct_expire_idle(struct loop *l, gint64 now);
 
-/* A connection's TLS on the connected socket @fd, to @host (a name, or
- * an IP address without brackets); NULL with @why. */
-SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
+/* Closes every connection left in l->dconns (the idle ones, once the
+ * attempts are gone): at the loop's teardown, on http_free()'s thread. */
+void direct_close_all(struct loop *l);
 
-/* Frees @ssl; @clean: it sends its close_notify first. */
-void tls_free(SSL *ssl, gboolean clean);
+/* -- http_curl.c: curl's side of an attempt ----------------------------- */
 
-/* A step of the handshake: 1 = done, 0 = wait for *@events, -1 = failed
- * (errno, and @why with the verify result if the certificate was not
- * trusted). */
-int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len);
+/* Takes @easy back from an attempt: kept for a later one, or cleaned
+ * up. */
+void easy_put(struct loop *l, CURL *easy);
 
-/* As recv() and send() on a non-blocking socket: > 0 bytes; 0 the end
- * (recv, a close_notify); -1 with errno (EAGAIN: wait for *@events;
- * else @why). */
-ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
-		 gsize len);
-ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
-		 gsize len);
+/* Whether a body of @status is an error document, kept only in part.  Any
+ * thread. */
+gboolean error_document(long status);
 
-/* Decrypted bytes, or bytes of a record, wait in @ssl's buffers. */
-gboolean tls_pending(SSL *ssl);
+/* @n bytes of @a's body, which came with @status, copied into a->body (an
+ * error document's head only): FALSE when they overflow the body's limit
+ * (the transfer must end). */
+gboolean body_take(struct attempt *a, long status, const char *p, gsize n);
 
-#endif /* BUCKETFS_HTTP_INTERNAL_H */
+/* curl's CURLOPT_HEADERFUNCTION: one header line of @userdata's attempt. */
+size_t on_header(char *buf, size_t size, size_t nitems, void *userdata);
+
+/* curl's CURLMOPT_SOCKETFUNCTION: @userp's loop's epoll set. */
+int on_socket(CURL *easy, curl_socket_t fd, int what, void *userp,
+	      void *socketp);
+
+/* The backstop's window, in seconds: just past stall_timeout, so that a
+ * full stall is on_progress()'s (or the direct path's) to report.  Any
+ * thread. */
+long low_speed_time(const struct http *http);
+
+/* Gives @a an easy handle set up for @url, @a's until easy_put(); FALSE:
+ * curl_easy_init() failed. */
+gboolean curl_setup(struct loop *l, struct attempt *a, const char *url);
+
+/* Adds @a's easy handle to @l's multi; a refusal ends @a in reap(). */
+void curl_register(struct loop *l, struct attempt *a);
+
+/* The response of a finished attempt, borrowing from it until it is
+ * freed. */
+void response_init(struct http_response *resp, struct attempt *a);
+
+/* The verdict on @a, which ended with @rc: its caller's judge() on a
+ * response, or the transport's failure in *@error (the caller's). */
+enum http_verdict judge_attempt(struct attempt *a, CURLcode rc,
+				struct http_response *resp, GError **error);
+
+/* What @a, which ended with @rc, says about its endpoint. */
+enum outcome outcome_of(const struct attempt *a, CURLcode rc);
+
+/* -- http_direct.c: the direct receive path ----------------------------- */
+
+/* Where @req may run on the direct path to @ep at @url: @out's length
+ * is 0 when it may not.  Takes http->lock. */
+void direct_usable(struct http *http, const struct http_request *req,
+		   struct endpoint *ep, const char *url,
+		   struct direct_addr *out);
+
+/* After curl's successful @a: the address it connected to.  Takes
+ * http->lock. */
+void direct_learn(struct http *http, struct attempt *a);
+
+/* A direct transfer of a GET of @url with @headers (copied), to @addr;
+ * the caller owns it until it hands it to an attempt (attempt->d). */
+struct direct *direct_new(struct http *http, const char *url,
+			  GPtrArray *headers, const struct direct_addr *addr);
+
+/* Starts @a (registered, with a->d set) on the direct path, or on curl
+ * when its connection cannot be opened. */
+void direct_begin(struct loop *l, struct attempt *a);
+
+/* Lets go of and frees @a's direct transfer (none: nothing): its
+ * connection, unless it went back idle, is closed mid-response. */
+void direct_drop(struct loop *l, struct attempt *a);
+
+/* A socket event on the direct connection @c (from l->dconns). */
+void direct_event(struct loop *l, struct dconn *c, guint32 events);
+
+/* Deadlines and cancels of the direct path's attempts. */
+void direct_sweep(struct loop *l, gint64 now);
+
+/* Until the direct path's next deadline, in ms, at most @ms. */
+gint64 direct_timeout_ms(struct loop *l, gint64 ms, gint64 now);
+
+/* -- http_done.c: how a request ends ------------------------------------ */
+
+/* Frees @a (NULL: nothing) with its body and headers; off its loop's
+ * thread (a done thread), its transfer must be dropped already. */
+void attempt_free(struct attempt *a);
+
+/* Frees @req, whose attempts are all over, and its data (data_free()).
+ * Any thread, once no loop holds it. */
+void request_free(struct http_request *req);
+
+/* "WHAT via ENDPOINT (attempt k/N, T s): " or "WHAT: " without endpoint;
+ * the caller frees it.  The thread that holds @req. */
+char *chain_prefix(const struct http_request *req, const struct endpoint *ep);
+
+/* A done thread's body (pthread_create() by http_new()): @data is the
+ * engine.  Returns once http->done_stop is set and its queue is empty. */
+void *done_thread(void *data);
+
+/* Takes @req and @a (whose response @resp is) off their loop and hands
+ * them to a done thread with a copy of @error: done() will be called
+ * once, and both freed.  On the loop's thread, or on http_shutdown()'s
+ * for a request no loop took (cancel_untaken()). */
+void finish(struct http *http, struct http_request *req, struct attempt *a,
+	    struct http_response *resp, const GError *error);
+
+/* Ends @req with @error (taken), prefixed with where it happened, as
+ * finish() does (and on the same threads). */
+void fail_request(struct http *http, struct http_request *req,
+		  const struct endpoint *ep, struct attempt *a,
+		  struct http_response *resp, GError *error);
+
+/* Hands the refusal of @req (taken, with @error, copied) to a done
+ * thread; FALSE when the done threads are stopping and this is not one of
+ * them (@req is then still the caller's).  Any thread. */
+gboolean defer_refusal(struct http *http, struct http_request *req,
+		       const GError *error);
+
+/* -- http_sched.c: admission and scheduling ----------------------------- */
+
+/* Takes a finished or cancelled attempt off the books of the engine (the
+ * caller still owns it). */
+void attempt_unlink(struct loop *l, struct attempt *a);
+
+/* Aborts a running attempt and frees it. */
+void attempt_cancel(struct loop *l, struct attempt *a, gint64 now);
+
+/* Adds a hedged request's latency to the ring.  Under http->lock. */
+void hedge_sample(struct http *http, gint64 us);
+
+/* How long an attempt runs before it is hedged.  Under http->lock. */
+gint64 hedge_delay(struct http *http, gint64 now);
+
+/* Takes @l's work and starts what its slots, the ramp-up and the hedges
+ * allow. */
+void schedule(struct loop *l);
+
+/* Under http->lock: queues @req (taken) on a loop, or in http->pending;
+ * returns the loop to wake, or NULL.  Any thread. */
+struct loop *admit(struct http *http, struct http_request *req);
+
+/* -- http_retry.c: the end of an attempt -------------------------------- */
+
+/* @a's transfer ended with @rc: judges it, and wins, retries or fails its
+ * round.  Takes @a. */
+void attempt_done(struct loop *l, struct attempt *a, CURLcode rc);
+
+/* -- http_loop.c: the event threads ------------------------------------- */
+
+/* ECANCELED, "the HTTP engine is shutting down"; the caller owns it.  Any
+ * thread. */
+GError *cancelled_error(void);
+
+/* Once the loops are gone: cancels what no loop took.  http_shutdown()'s
+ * thread. */
+void cancel_untaken(struct http *http);
+
+/* Wakes @l's thread.  Any thread. */
+void loop_wake(struct loop *l);
+
+/* A loop's thread (g_thread_new() by http_new()): @data is the loop.
+ * Returns once http->stopping is set, its requests cancelled. */
+gpointer event_thread(gpointer data);
+
+/* Sets up loop @i, without its thread; FALSE with @error (errno of
+ * epoll_create1(), eventfd() or epoll_ctl(); EIO: curl_multi_init()),
+ * and loop_clear() still frees what was set up.  http_new()'s thread. */
+gboolean loop_init(struct http *http, guint i, GError **error);
+
+/* Frees what loop_init() set up, once its thread is gone.  http_free()'s
+ * thread. */
+void loop_clear(struct loop *l);
+
+#endif /* BUCKETFS_HTTP_ENGINE_H */
