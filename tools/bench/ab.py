@@ -5,6 +5,7 @@
                     [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
                     [--latency MS] [--b-opts k=v,...] [--list]
                     [--vm-memory backed|as-is] [--style whole|dlio]
+                    [--scheme plain|tls]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -25,7 +26,9 @@ mounts only, so that one build can be A/B'ed against itself with an option
 memory model; backed by default, rig.back_memory()).  --style picks the mounts' read style
 (the references read whole objects).  --list lists the dataset's directories
 (os.listdir) after the mount and before the pass, as DLIO's readers do when
-they start.  Measures only: no report is written.
+they start.  --scheme tls serves every path over HTTPS, from the TLS
+ports of run.py's rig (its own CA, which the mounts get as ca_file= and
+the references verify with).  Measures only: no report is written.
 
 A build directory is a meson build of any commit (for example
 `git worktree add /tmp/old HEAD~3 && meson setup /tmp/old/build /tmp/old
@@ -51,8 +54,10 @@ from rig import CLEANUP, log  # noqa: E402
 def mount_pass(r, ds, build, a, seed, opts):
     rig.BUILD = build  # rig.binary() looks there
     run.cold(ds.paths(), ds.name)
+    if rig.TLS:
+        opts = opts + ["ca_file=%s" % rig.TLS.ca]
     with rig.Mount("bucketfs", r, ds, tag="-ab", extra_opts=opts,
-                   urls=r.endpoints.delay_urls[a.latency]) as m:
+                   urls=r.endpoints.urls_for(a.latency)) as m:
         if a.list:
             for d in sorted({os.path.dirname(k) for k in ds.files}):
                 os.listdir(m.path(d))
@@ -70,7 +75,19 @@ def mount_pass(r, ds, build, a, seed, opts):
         res["total_ms_per_file"] = cost.get("total_ms_per_file")
         res["busy"] = cost["busy_pct"]
         res["stages"] = stage_p50s(m.mnt)
+        res["direct_share"] = direct_share(m.mnt)
     return res
+
+
+def direct_share(mnt):
+    """The share of the mount's responses that took the direct receive
+    path, over all its endpoints (user.bucketfs.stats), or None."""
+    try:
+        eps = json.loads(os.getxattr(mnt, "user.bucketfs.stats"))["endpoints"]
+    except (OSError, ValueError, KeyError):
+        return None
+    asked = sum(e.get("requests", 0) for e in eps)
+    return sum(e.get("direct", 0) for e in eps) / asked if asked else None
 
 
 def stage_p50s(mnt):
@@ -91,6 +108,8 @@ def line(label, res):
         s += "  daemon %.3f ms CPU/file" % res["cpu_ms_per_file"]
     if res.get("total_ms_per_file") is not None:
         s += "  every process %.3f ms CPU/file" % res["total_ms_per_file"]
+    if res.get("direct_share") is not None:
+        s += "  direct %.0f%%" % (100 * res["direct_share"])
     if res.get("stages"):
         s += "  GET p50 ms: %s" % ", ".join(
             "%s %.2f" % kv for kv in res["stages"].items())
@@ -126,6 +145,9 @@ def main():
     ap.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
                     help="backed (default): free page reporting paused and free memory "
                     "written once (rig.back_memory()); as-is: the VM as it is")
+    ap.add_argument("--scheme", default="plain", choices=("plain", "tls"),
+                    help="plain (default): http:// endpoints; tls: the same endpoints "
+                    "over https://, verified with the rig's own CA")
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
@@ -140,7 +162,9 @@ def main():
     builds = {"A": rig.snapshot_build(a.a_build, "fs/bucketfs", "a", "ab.py"),
               "B": rig.snapshot_build(a.b_build, "fs/bucketfs", "b", "ab.py")}
     ds = rig.retina_dataset(a.cache_dir, a.files)
-    r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else ())
+    r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else (),
+                tls=a.scheme == "tls")
+    rig.use_tls(r, a.scheme == "tls")
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
         # back_memory() logs what it did when it backs the memory.
