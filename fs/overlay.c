@@ -12,7 +12,9 @@
 #include "error.h"
 #include "index.h"
 #include "log.h"
-#include "overlay_internal.h"
+#include "ov_buf.h"
+#include "overlay_stream.h"
+#include "overlay_tables.h"
 #include "upload.h"
 
 static void onode_free(void *p)
@@ -553,7 +555,6 @@ gsize overlay_read(struct ov_file *f, guint64 off, gsize size, char *buf)
 	return got;
 }
 
-/* Remembers the first failed write of @n, so that close() fails too. */
 void overlay_wake(struct overlay *ov)
 {
 	uploader_wake(ov->up);

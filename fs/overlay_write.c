@@ -3,14 +3,17 @@
  * overlay_write.c - the writes and size changes of overlay files
  * (overlay.h: overlay_write, overlay_ftruncate, overlay_truncate): each
  * goes to a file buffered whole, up to write_max, or to one streamed as
- * a multipart upload (overlay_stream.c).  Above overlay.c's tables and
- * overlay_stream.c, which call nothing here.
+ * a multipart upload (overlay_stream.c).  Above overlay.c,
+ * overlay_stream.c and the tables (overlay_tables.h), which call nothing
+ * here.
  */
 #include <errno.h>
 #include <string.h>
 
 #include "error.h"
-#include "overlay_internal.h"
+#include "ov_buf.h"
+#include "overlay_stream.h"
+#include "overlay_tables.h"
 #include "upload.h"
 
 gboolean overlay_truncate(struct overlay *ov, guint64 node, guint64 size,

@@ -3,11 +3,13 @@
  * config_internal.h - what the pieces of the config module share; private
  * to src/config*.c.  The contract for everyone else is config.h.
  *
- *  config.c          init, clear, the mount keys, config_finish()
+ *  config.c          init, clear, the mount keys, the environment
  *  config_options.c  the -o option table, its parsers and --help text
  *  config_url.c      s3://BUCKET[/PREFIX], bucket and region names,
  *                    endpoint URLs
  *  config_file.c     the config file: reading, checking, applying
+ *  config_finish.c   config_finish(): the file, the environment, the
+ *                    defaults, the checks; above the rest
  *  config_describe.c config_describe()
  *
  * Errors are BFS_ERROR/EINVAL, as in config.h, unless said otherwise.

@@ -38,8 +38,10 @@ static gboolean container_host_allowed(GUri *uri)
 
 static char *container_url(GError **error)
 {
-	const char *rel = env_get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
-	const char *full = env_get("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+	const char *rel =
+		credentials_env_get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI");
+	const char *full =
+		credentials_env_get("AWS_CONTAINER_CREDENTIALS_FULL_URI");
 	g_autoptr(GUri) uri = NULL;
 
 	if (rel)
@@ -68,8 +70,10 @@ static char *container_url(GError **error)
 /* "Authorization: TOKEN", newly allocated, NULL with none configured. */
 static gboolean container_auth(char **header, GError **error)
 {
-	const char *file = env_get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
-	const char *value = env_get("AWS_CONTAINER_AUTHORIZATION_TOKEN");
+	const char *file =
+		credentials_env_get("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE");
+	const char *value =
+		credentials_env_get("AWS_CONTAINER_AUTHORIZATION_TOKEN");
 	char *token = NULL;
 
 	*header = NULL;
@@ -156,8 +160,8 @@ out:
 enum outcome provider_container(struct chain *c, struct credentials **out,
 				GError **error)
 {
-	if (!env_get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") &&
-	    !env_get("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
+	if (!credentials_env_get("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI") &&
+	    !credentials_env_get("AWS_CONTAINER_CREDENTIALS_FULL_URI")) {
 		trace_add(c,
 			  "container: AWS_CONTAINER_CREDENTIALS_RELATIVE_URI "
 			  "and _FULL_URI not set");

@@ -25,8 +25,10 @@ static gboolean is_true(const char *v)
 
 static char *imds_base(void)
 {
-	const char *ep = env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT");
-	const char *mode = env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
+	const char *ep =
+		credentials_env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT");
+	const char *mode =
+		credentials_env_get("AWS_EC2_METADATA_SERVICE_ENDPOINT_MODE");
 	char *base;
 	gsize n;
 
@@ -47,8 +49,9 @@ static char *imds_base(void)
  */
 static void imds_limits(guint *timeout_ms, guint *attempts)
 {
-	const char *t = env_get("AWS_METADATA_SERVICE_TIMEOUT");
-	const char *n = env_get("AWS_METADATA_SERVICE_NUM_ATTEMPTS");
+	const char *t = credentials_env_get("AWS_METADATA_SERVICE_TIMEOUT");
+	const char *n =
+		credentials_env_get("AWS_METADATA_SERVICE_NUM_ATTEMPTS");
 	char *end = NULL;
 	double v;
 
@@ -235,7 +238,7 @@ enum outcome provider_imds(struct chain *c, struct credentials **out,
 	g_autoptr(GError) err = NULL;
 	gboolean reachable;
 
-	if (is_true(env_get("AWS_EC2_METADATA_DISABLED"))) {
+	if (is_true(credentials_env_get("AWS_EC2_METADATA_DISABLED"))) {
 		trace_add(c, "IMDS: disabled by AWS_EC2_METADATA_DISABLED");
 		return NOT_CONFIGURED;
 	}
@@ -257,7 +260,7 @@ char *cred_chain_imds_region(GError **error)
 	GString *body;
 	long status;
 
-	if (is_true(env_get("AWS_EC2_METADATA_DISABLED"))) {
+	if (is_true(credentials_env_get("AWS_EC2_METADATA_DISABLED"))) {
 		g_set_error(error, BFS_ERROR, ENOENT,
 			    "IMDS: disabled by AWS_EC2_METADATA_DISABLED");
 		return NULL;

@@ -366,8 +366,8 @@ out:
 enum outcome provider_profile(struct chain *c, struct credentials **out,
 			      GError **error)
 {
-	const char *name =
-		c->o->profile ? c->o->profile : env_get("AWS_PROFILE");
+	const char *name = c->o->profile ? c->o->profile
+					 : credentials_env_get("AWS_PROFILE");
 	gboolean named = name != NULL;
 	g_autoptr(GError) err = NULL;
 

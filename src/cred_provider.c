@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * What the providers of the chain share: their trace lines, the
- * environment's variables, the small files that hold a token; and the
- * first provider, the environment's static keys.
+ * What the providers of the chain share: their trace lines and the small
+ * files that hold a token; and the first provider, the environment's
+ * static keys.  Variables are read with credentials_env_get(), as the
+ * static keys are.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,13 +12,6 @@
 
 #include "cred_provider.h"
 #include "error.h"
-
-const char *env_get(const char *name)
-{
-	const char *v = g_getenv(name);
-
-	return v && *v ? v : NULL;
-}
 
 void trace_add(struct chain *c, const char *fmt, ...)
 {

@@ -31,9 +31,6 @@ struct chain {
 
 /* -- cred_provider.c: the shared pieces ---------------------------------- */
 
-/* The variable @name, borrowed from the environment; NULL if unset or "". */
-const char *env_get(const char *name);
-
 /* Appends one line to @c's trace, if it keeps one. */
 void trace_add(struct chain *c, const char *fmt, ...) G_GNUC_PRINTF(2, 3);
 

@@ -16,7 +16,7 @@
 
 static char *sts_endpoint(const struct chain *c)
 {
-	const char *override = env_get("AWS_ENDPOINT_URL_STS");
+	const char *override = credentials_env_get("AWS_ENDPOINT_URL_STS");
 	const char *region = c->o->region ? c->o->region : "us-east-1";
 
 	if (override)
@@ -243,8 +243,8 @@ struct credentials *web_identity(const struct chain *c, const char *role_arn,
 enum outcome provider_web_identity(struct chain *c, struct credentials **out,
 				   GError **error)
 {
-	const char *file = env_get("AWS_WEB_IDENTITY_TOKEN_FILE");
-	const char *role = env_get("AWS_ROLE_ARN");
+	const char *file = credentials_env_get("AWS_WEB_IDENTITY_TOKEN_FILE");
+	const char *role = credentials_env_get("AWS_ROLE_ARN");
 
 	if (!file) {
 		trace_add(c, "web identity: AWS_WEB_IDENTITY_TOKEN_FILE not "
@@ -257,8 +257,9 @@ enum outcome provider_web_identity(struct chain *c, struct credentials **out,
 			    "but AWS_ROLE_ARN is not: set the role to assume");
 		return FAILED;
 	}
-	*out = web_identity(c, role, file, env_get("AWS_ROLE_SESSION_NAME"),
-			    NULL, error);
+	*out = web_identity(c, role, file,
+			    credentials_env_get("AWS_ROLE_SESSION_NAME"), NULL,
+			    error);
 	if (!*out) {
 		g_prefix_error(error,
 			       "web identity (AWS_WEB_IDENTITY_TOKEN_"

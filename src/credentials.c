@@ -88,7 +88,7 @@ static void ini_profile_clear(struct ini_profile *p)
 	p->found = FALSE;
 }
 
-static const char *env_get(const char *name)
+const char *credentials_env_get(const char *name)
 {
 	const char *value = g_getenv(name);
 
@@ -102,8 +102,8 @@ static gboolean is_blank(char c)
 
 static char *aws_file_path(const char *env_name, const char *leaf)
 {
-	const char *path = env_get(env_name);
-	const char *home = env_get("HOME");
+	const char *path = credentials_env_get(env_name);
+	const char *home = credentials_env_get("HOME");
 
 	/* g_get_home_dir() caches; the AWS CLI reads $HOME every time. */
 	if (!home)
@@ -446,9 +446,9 @@ static gboolean env_check(const char *name, const char *value, GError **error)
 /* TRUE with *@out NULL when the environment has no keys. */
 gboolean credentials_from_environment(struct credentials **out, GError **error)
 {
-	const char *id = env_get("AWS_ACCESS_KEY_ID");
-	const char *secret = env_get("AWS_SECRET_ACCESS_KEY");
-	const char *token = env_get("AWS_SESSION_TOKEN");
+	const char *id = credentials_env_get("AWS_ACCESS_KEY_ID");
+	const char *secret = credentials_env_get("AWS_SECRET_ACCESS_KEY");
+	const char *token = credentials_env_get("AWS_SESSION_TOKEN");
 
 	*out = NULL;
 	if (!id && !secret)
@@ -555,7 +555,8 @@ static void credentials_missing(const char *name, gboolean named,
 static struct credentials *credentials_from_profile(const char *profile,
 						    GError **error)
 {
-	const char *name = profile ? profile : env_get("AWS_PROFILE");
+	const char *name =
+		profile ? profile : credentials_env_get("AWS_PROFILE");
 	gboolean named = name != NULL;
 	g_autofree char *cred_path = NULL;
 	g_autofree char *conf_path = NULL;
@@ -623,7 +624,8 @@ gboolean credentials_equal(const struct credentials *a,
 
 char *credentials_profile_region(const char *profile, GError **error)
 {
-	const char *name = profile ? profile : env_get("AWS_PROFILE");
+	const char *name =
+		profile ? profile : credentials_env_get("AWS_PROFILE");
 	g_autofree char *conf_path = NULL;
 	struct ini_profile conf = { 0 };
 	const char *region;

@@ -99,6 +99,15 @@ struct credentials *credentials_load(const char *profile, gboolean anonymous,
  */
 gboolean credentials_from_environment(struct credentials **out, GError **error);
 
+/*
+ * The environment variable @name, borrowed from the environment until it
+ * changes; NULL when unset or empty (an empty variable counts as unset, as
+ * with the AWS CLI).  The provider chain (cred_chain.h) reads its variables
+ * with it too, so that every provider agrees on what is set.  Any thread
+ * while none changes the environment (see credentials_load()); no errors.
+ */
+const char *credentials_env_get(const char *name);
+
 /* TRUE when @a and @b hold the same keys and token (or are both anonymous). */
 gboolean credentials_equal(const struct credentials *a,
 			   const struct credentials *b);

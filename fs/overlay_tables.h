@@ -1,19 +1,25 @@
 /* SPDX-License-Identifier: GPL-2.0-or-later */
 /*
- * overlay_internal.h - the overlay's tables, shared by overlay.c (names,
- * whole files) and overlay_stream.c (new files streamed as multipart
- * uploads).  Not a public interface: overlay.h is.
+ * overlay_tables.h - the overlay's tables, its nodes and their handles,
+ * shared by overlay.c (names, whole files), overlay_stream.c (new files
+ * streamed as multipart uploads) and overlay_write.c: the layer under
+ * all three, so none of them owns it.  Not a public interface: overlay.h
+ * is.
  *
  * Locks: a node's wlock (writes and flushes of one file, held across
  * the network) comes before ov->lock (the tables, never held across
  * the network).
  */
-#ifndef BUCKETFS_FS_OVERLAY_INTERNAL_H
-#define BUCKETFS_FS_OVERLAY_INTERNAL_H
+#ifndef BUCKETFS_FS_OVERLAY_TABLES_H
+#define BUCKETFS_FS_OVERLAY_TABLES_H
 
+#include <errno.h>
 #include <glib.h>
 
+#include "error.h"
 #include "overlay.h"
+
+struct ov_buf;
 
 /* A name the index doesn't have.  Fields under ov->lock. */
 struct onode {
@@ -120,46 +126,5 @@ static inline void ov_mark_broken(struct overlay *ov, struct onode *n,
 		n->broken = g_error_copy(error);
 	g_mutex_unlock(&ov->lock);
 }
-
-/* Copies @size bytes at file offset @off into @n's buffer, which starts
- * at n->base; a hole is zeros.  Under ov->lock. */
-/*
- * A file's bytes while open: mapped pages of its own, not the heap, so
- * that they go back to the system when it is freed, on whatever thread.
- * (A heap buffer freed after its writer closed stays cached in the FUSE
- * worker's malloc arena: glibc does not trim a thread arena's top, and
- * the daemon's RSS would stay a part above the stated bound.)  @data and
- * @len are read directly; the rest is the functions'.  Under ov->lock.
- */
-struct ov_buf {
-	guint8 *data;
-	gsize len;
-	gsize cap; /* bytes mapped at @data (0: none) */
-};
-
-/* An empty buffer; _free unmaps it.  A mapping that fails aborts the
- * daemon, as glib's allocations do. */
-struct ov_buf *ov_buf_new(void);
-void ov_buf_free(struct ov_buf *b);
-/* Sets the length; bytes it adds are not cleared (the caller writes or
- * zeros them). */
-void ov_buf_set_size(struct ov_buf *b, gsize len);
-/* Drops the first @len bytes; the rest moves to the front. */
-void ov_buf_drop_front(struct ov_buf *b, gsize len);
-/* Frees @b and returns its bytes, unmapped when the GBytes goes. */
-GBytes *ov_buf_free_to_bytes(struct ov_buf *b);
-
-void ov_buffer_write(struct onode *n, guint64 off, const char *buf, gsize size);
-
-/* A write of a file made here (n->streamable): buffered, and sent part
- * by part.  Takes n->wlock, then ov->lock. */
-gboolean ov_stream_write(struct ov_file *f, guint64 off, const char *buf,
-			 gsize size, const gint *stop, GError **error);
-
-/* Completes the streamed upload of @f's file (n->up set) with what is
- * buffered; aborts it after a failed write, or once *@stop (may be NULL)
- * is set while it waits (EINTR).  Under n->wlock. */
-gboolean ov_stream_complete(struct ov_file *f, const gint *stop,
-			    GError **error);
 
 #endif
