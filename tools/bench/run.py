@@ -118,7 +118,7 @@ def curl_direct(the_rig, ds, procs, seed, timeout, delay=0):
     random.Random(seed).shuffle(order)
     return readers.curl_z([the_rig.object_url(ds, k, i, delay) for i, k in enumerate(order)],
                           procs, os.path.join(the_rig.tmp, "curl-direct.cfg"), timeout,
-                          rig.RETINA_SIZE)
+                          rig.RETINA_SIZE, rig.curl_tls_args())
 
 
 class Bench(latency.LatencyMixin):
