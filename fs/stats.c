@@ -45,6 +45,8 @@ static void add_endpoints(JsonBuilder *b, struct http *http)
 		add_uint(b, "hedges", es[i].hedges);
 		add_uint(b, "ejections", es[i].ejections);
 		add_uint(b, "direct", es[i].direct);
+		add_uint(b, "connects", es[i].connects);
+		add_uint(b, "tls_resumed", es[i].tls_resumed);
 		add_uint(b, "inflight", es[i].inflight);
 		add_bool(b, "ejected", es[i].ejected);
 		add_double(b, "p50_ms", es[i].p50_ms);

@@ -308,6 +308,8 @@ void http_get_stats(struct http *http, struct http_endpoint_stats *out)
 		o->hedges = ep->hedges;
 		o->ejections = ep->ejections;
 		o->direct = ep->direct;
+		o->connects = ep->connects;
+		o->tls_resumed = ep->tls_resumed;
 		o->inflight = ep->inflight;
 		o->ejected = ep->ejected;
 		n = ep->latency_len;

@@ -206,14 +206,16 @@ guint http_default_event_threads(void);
  */
 struct http_endpoint_stats {
 	char url[256];
-	guint64 requests;  /* attempts started */
-	guint64 bytes;	   /* response body bytes received */
-	guint64 errors;	   /* attempts that failed (transport or judged) */
-	guint64 hedges;	   /* duplicates started here (also in requests) */
-	guint64 ejections; /* times ejected */
-	guint64 direct;	   /* responses on the direct receive path */
-	guint inflight;	   /* attempts running now */
-	gboolean ejected;  /* now */
+	guint64 requests;    /* attempts started */
+	guint64 bytes;	     /* response body bytes received */
+	guint64 errors;	     /* attempts that failed (transport or judged) */
+	guint64 hedges;	     /* duplicates started here (also in requests) */
+	guint64 ejections;   /* times ejected */
+	guint64 direct;	     /* responses on the direct receive path */
+	guint64 connects;    /* connections the direct receive path opened */
+	guint64 tls_resumed; /* of those over TLS, sessions resumed */
+	guint inflight;	     /* attempts running now */
+	gboolean ejected;    /* now */
 	double p50_ms;
 	double p99_ms;
 };

@@ -251,6 +251,9 @@ static struct dconn *direct_open(struct loop *l, struct attempt *a)
 		errno = e;
 		return NULL;
 	}
+	pthread_mutex_lock(&l->http->lock);
+	a->ep->connects++;
+	pthread_mutex_unlock(&l->http->lock);
 	c = g_new0(struct dconn, 1);
 	c->fd = fd;
 	c->gen = l->direct_gen++ & DIRECT_GEN_MASK;
@@ -405,8 +408,8 @@ static gboolean direct_handshake(struct loop *l, struct attempt *a)
 	int r;
 
 	if (!c->ssl)
-		c->ssl = tls_new(l->http->direct_tls, c->fd, d->tls_host, why,
-				 sizeof(why));
+		c->ssl = tls_new(l->http->direct_tls, c->fd, d->tls_host,
+				 a->ep->tls_resume, why, sizeof(why));
 	r = c->ssl ? tls_handshake(c->ssl, &events, why, sizeof(why)) : -1;
 	if (r == 0) {
 		direct_watch(l, c, events);
@@ -418,9 +421,15 @@ static gboolean direct_handshake(struct loop *l, struct attempt *a)
 			"TLS handshake with %s on the direct path: %s; curl "
 			"connects instead",
 			d->tls_host, why);
+		tls_resume_forget(a->ep->tls_resume);
 		direct_forget(l->http, a->ep);
 		direct_fallback(l, a);
 		return FALSE;
+	}
+	if (tls_resumed(c->ssl)) {
+		pthread_mutex_lock(&l->http->lock);
+		a->ep->tls_resumed++;
+		pthread_mutex_unlock(&l->http->lock);
 	}
 	d->state = D_SENDING;
 	return TRUE;

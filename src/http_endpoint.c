@@ -26,6 +26,7 @@ void endpoint_free(void *p)
 	g_free(ep->host);
 	g_free(ep->hostport);
 	g_free(ep->addr_host);
+	tls_resume_free(ep->tls_resume);
 	g_free(ep);
 }
 
@@ -62,6 +63,8 @@ struct endpoint *endpoint_parse(const char *url, guint index, GError **error)
 	ep->pub.host = ep->host;
 	ep->pub.hostport = ep->hostport;
 	ep->pub.index = index;
+	if (!g_ascii_strcasecmp(ep->scheme, "https"))
+		ep->tls_resume = tls_resume_new();
 	endpoint_url_clear(&u);
 	return ep;
 }

@@ -70,7 +70,10 @@ struct endpoint {
 	guint64 errors;
 	guint64 hedges;
 	guint64 ejections;
-	guint64 direct; /* answers of the direct receive path */
+	guint64 direct;	     /* answers of the direct receive path */
+	guint64 connects;    /* connections the direct path opened */
+	guint64 tls_resumed; /* of their TLS handshakes, those resumed */
+	struct tls_resume *tls_resume; /* https://: its own lock; set once */
 	/* The address curl last connected to for a request, for the direct
 	 * path: good for DIRECT_ADDR_TTL_US, and for @addr_host only. */
 	struct sockaddr_storage addr;
@@ -322,10 +325,32 @@ SSL_CTX *tls_context_new(const char *ca_file, GError **error);
  * connection uses it.  http_free()'s thread. */
 void tls_context_free(SSL_CTX *ctx);
 
+/*
+ * The TLS session that new connections to one endpoint may resume, as
+ * curl resumes its own: the newest one a verified handshake there gave
+ * (over TLS 1.3, a ticket that arrives with the first reads), and only
+ * for the name it was verified for.  Its own lock, so any loop may use
+ * it.  _new never fails; _free (NULL: nothing) once no connection made
+ * with it is left.
+ */
+struct tls_resume;
+struct tls_resume *tls_resume_new(void);
+void tls_resume_free(struct tls_resume *r);
+
+/* Drops @r's session (NULL: nothing), so that the next connection
+ * verifies the server's certificate again: after a failed handshake. */
+void tls_resume_forget(struct tls_resume *r);
+
 /* A connection's TLS on the connected socket @fd, to @host (a name, or
- * an IP address without brackets); NULL with @why.  The caller owns it
- * (tls_free()); @fd stays the caller's, open after tls_free(). */
-SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len);
+ * an IP address without brackets), resuming @resume's session when it is
+ * one for @host and keeping any new one there (@resume NULL: neither);
+ * NULL with @why.  The caller owns it (tls_free()); @fd stays the
+ * caller's, open after tls_free(); @resume must outlive it. */
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, struct tls_resume *resume,
+	     char *why, gsize len);
+
+/* The handshake of @ssl, done, resumed a session. */
+gboolean tls_resumed(SSL *ssl);
 
 /* Frees @ssl (NULL: nothing); @clean: it sends its close_notify first. */
 void tls_free(SSL *ssl, gboolean clean);

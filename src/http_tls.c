@@ -65,6 +65,75 @@ static void openssl_error(char *buf, gsize len)
 	ERR_clear_error();
 }
 
+struct tls_resume {
+	GMutex lock;
+	SSL_SESSION *session; /* protected by lock */
+};
+
+struct tls_resume *tls_resume_new(void)
+{
+	struct tls_resume *r = g_new0(struct tls_resume, 1);
+
+	g_mutex_init(&r->lock);
+	return r;
+}
+
+void tls_resume_free(struct tls_resume *r)
+{
+	if (!r)
+		return;
+	SSL_SESSION_free(r->session);
+	g_mutex_clear(&r->lock);
+	g_free(r);
+}
+
+void tls_resume_forget(struct tls_resume *r)
+{
+	if (!r)
+		return;
+	g_mutex_lock(&r->lock);
+	g_clear_pointer(&r->session, SSL_SESSION_free);
+	g_mutex_unlock(&r->lock);
+}
+
+/*
+ * A session the server gave a connection of tls_new()'s: kept for the
+ * endpoint's next connections.  It is only ever one of a handshake that
+ * verified the certificate (a failed one gives none), and it carries the
+ * name sent as SNI, which tls_new() compares before resuming: resuming
+ * skips the certificate and its name check, so a session made for one
+ * name must never serve another.
+ */
+static int tls_session_new(SSL *ssl, SSL_SESSION *session)
+{
+	struct tls_resume *r = SSL_get_app_data(ssl);
+	const char *sni = SSL_get_servername(ssl, TLSEXT_NAMETYPE_host_name);
+
+	if (!r || !SSL_SESSION_is_resumable(session) ||
+	    (sni && SSL_SESSION_set1_hostname(session, sni) != 1))
+		return 0;
+	g_mutex_lock(&r->lock);
+	SSL_SESSION_free(r->session);
+	r->session = session;
+	g_mutex_unlock(&r->lock);
+	return 1; /* the session is ours now */
+}
+
+/* Offers @r's session to @ssl when it was made for @host (@literal: an
+ * address, sent without SNI, so a session without a name). */
+static void tls_resume_offer(struct tls_resume *r, SSL *ssl, const char *host,
+			     gboolean literal)
+{
+	g_mutex_lock(&r->lock);
+	if (r->session) {
+		const char *name = SSL_SESSION_get0_hostname(r->session);
+
+		if (literal ? !name : !g_strcmp0(name, host))
+			SSL_set_session(ssl, r->session);
+	}
+	g_mutex_unlock(&r->lock);
+}
+
 SSL_CTX *tls_context_new(const char *ca_file, GError **error)
 {
 	static const unsigned char alpn[] = "\x08http/1.1";
@@ -112,7 +181,11 @@ SSL_CTX *tls_context_new(const char *ca_file, GError **error)
 				      SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 	SSL_CTX_set_read_ahead(ctx, 1);
 	SSL_CTX_set_default_read_buffer_len(ctx, 64 << 10);
-	SSL_CTX_set_session_cache_mode(ctx, SSL_SESS_CACHE_OFF);
+	/* Sessions are kept per endpoint (struct tls_resume), not in the
+	 * context's own cache, which would offer any of them to any host. */
+	SSL_CTX_set_session_cache_mode(
+		ctx, SSL_SESS_CACHE_CLIENT | SSL_SESS_CACHE_NO_INTERNAL_STORE);
+	SSL_CTX_sess_set_new_cb(ctx, tls_session_new);
 	return ctx;
 }
 
@@ -121,7 +194,8 @@ void tls_context_free(SSL_CTX *ctx)
 	SSL_CTX_free(ctx);
 }
 
-SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len)
+SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, struct tls_resume *resume,
+	     char *why, gsize len)
 {
 	SSL *ssl = SSL_new(ctx);
 	unsigned char ip[16];
@@ -146,8 +220,17 @@ SSL *tls_new(SSL_CTX *ctx, int fd, const char *host, char *why, gsize len)
 		SSL_free(ssl);
 		return NULL;
 	}
+	if (resume) {
+		SSL_set_app_data(ssl, resume);
+		tls_resume_offer(resume, ssl, host, literal);
+	}
 	SSL_set_connect_state(ssl);
 	return ssl;
+}
+
+gboolean tls_resumed(SSL *ssl)
+{
+	return SSL_session_reused(ssl) == 1;
 }
 
 void tls_free(SSL *ssl, gboolean clean)

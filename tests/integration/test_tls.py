@@ -4,6 +4,8 @@ certificate of a CA made here.
 
   * GETs after curl's first one run on the direct path's own TLS
     connections, and every byte read is the object's;
+  * connections opened once one has a session ticket resume that
+    session, and only for the name it was verified for;
   * a server that comes back on the same port with a certificate of
     another CA, or with one for another name, is refused by the direct
     path's handshake (its log line names the verify result) and then by
@@ -12,6 +14,7 @@ certificate of a CA made here.
     read with the direct path's own words for it, as over plain HTTP.
 """
 
+import concurrent.futures
 import errno
 import json
 import os
@@ -147,6 +150,43 @@ class TlsDirectTest(harness.MountCase):
         for k in keys[:5]:
             self.assert_reads(m, k)
         self.assertEqual(self.stats(m)["endpoints"][0]["direct"], 0)
+        self.unmount(m)
+
+    def read_many(self, m, keys, threads=16):
+        with concurrent.futures.ThreadPoolExecutor(threads) as ex:
+            for k, _ in zip(keys, ex.map(lambda k: self.assert_reads(m, k),
+                                         keys)):
+                pass
+
+    def test_new_connections_resume_the_session(self):
+        m = self.mount()
+        keys = [fresh_key() for _ in range(60)]
+        # One at a time: one direct connection, which gets the tickets.
+        for k in keys[:5]:
+            self.assert_reads(m, k)
+        self.assertEqual(self.stats(m)["endpoints"][0]["tls_resumed"], 0)
+        # Many at once: more connections, each resuming that session.
+        self.read_many(m, keys[5:])
+        ep = self.stats(m)["endpoints"][0]
+        self.assertGreater(ep["connects"], 1, m.output())
+        self.assertGreaterEqual(ep["tls_resumed"], 1, m.output())
+        self.assertLess(ep["tls_resumed"], ep["connects"])
+        self.unmount(m)
+
+    def test_a_server_that_forgot_its_tickets(self):
+        # A restarted server cannot resume the sessions it gave: the new
+        # connections do full handshakes, and every read still succeeds.
+        m = self.mount()
+        keys = [fresh_key() for _ in range(60)]
+        for k in keys[:5]:
+            self.assert_reads(m, k)
+        self.read_many(m, keys[5:30])
+        before = self.stats(m)["endpoints"][0]
+        self.assertGreaterEqual(before["tls_resumed"], 1, m.output())
+        self.restart("good")
+        self.read_many(m, keys[30:])
+        after = self.stats(m)["endpoints"][0]
+        self.assertGreater(after["connects"], before["connects"])
         self.unmount(m)
 
     def refused(self, which, direct_cause, curl_cause, host="127.0.0.1"):
