@@ -262,10 +262,13 @@ void stats_log_summary(const struct stats_sources *src)
 			" errors, %" G_GUINT64_FORMAT
 			" hedges, %" G_GUINT64_FORMAT
 			" ejections, %" G_GUINT64_FORMAT
-			" received directly, p50 %.1f ms, p99 %.1f ms",
+			" received directly on %" G_GUINT64_FORMAT
+			" connections (%" G_GUINT64_FORMAT
+			" TLS sessions resumed), p50 %.1f ms, p99 %.1f ms",
 			es[i].url, es[i].requests, es[i].bytes, es[i].errors,
 			es[i].hedges, es[i].ejections, es[i].direct,
-			es[i].p50_ms, es[i].p99_ms);
+			es[i].connects, es[i].tls_resumed, es[i].p50_ms,
+			es[i].p99_ms);
 	http_get_stage_stats(http, &st);
 	if (st.samples)
 		log_msg(LOG_LEVEL_NOTICE,
