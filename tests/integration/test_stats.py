@@ -27,8 +27,9 @@ PREFIX = 'we"ird\\pre\tfix\x01 \u00fc\U0001f600/'
 FILES = {"a.bin": b"a" * 5000, "b.bin": b"b" * 70000, "sub/c.txt": b"c\n"}
 
 ENDPOINT = {"url": str, "requests": int, "bytes": int, "errors": int,
-            "hedges": int, "ejections": int, "direct": int, "inflight": int,
-            "ejected": bool, "p50_ms": float, "p99_ms": float}
+            "hedges": int, "ejections": int, "direct": int, "connects": int,
+            "tls_resumed": int, "inflight": int, "ejected": bool,
+            "p50_ms": float, "p99_ms": float}
 READAHEAD = ["objects_fetched", "parts_fetched", "direct_reads",
              "prefetch_hits", "prefetch_wasted", "prefetch_late",
              "prefetch_queued", "prefetch_unopened", "stream_fetched",
@@ -130,6 +131,12 @@ class StatsTest(harness.MountCase):
         # Answers on the direct receive path are some of the requests.
         self.assertLessEqual(sum(e["direct"] for e in s["endpoints"]),
                              sum(e["requests"] for e in s["endpoints"]))
+        # They came on connections the direct path opened; over plain
+        # HTTP none of them resumed a TLS session.
+        for e in s["endpoints"]:
+            if e["direct"]:
+                self.assertGreaterEqual(e["connects"], 1, e)
+            self.assertEqual(e["tls_resumed"], 0, e)
 
         # A SIGHUP reopens the index file: the next generation.
         m.proc.send_signal(signal.SIGHUP)
