@@ -74,27 +74,32 @@ def mount_pass(r, ds, build, a, seed, opts):
         res["cpu_ms_per_file"] = cost.get("cpu_ms_per_file")
         res["total_ms_per_file"] = cost.get("total_ms_per_file")
         res["busy"] = cost["busy_pct"]
-        res["stages"] = stage_p50s(m.mnt)
-        res["direct_share"] = direct_share(m.mnt)
+        stats = mount_stats(m.mnt)
+        res["stages"] = stage_p50s(stats)
+        res["direct_share"] = direct_share(stats)
     return res
 
 
-def direct_share(mnt):
-    """The share of the mount's responses that took the direct receive
-    path, over all its endpoints (user.bucketfs.stats), or None."""
+def mount_stats(mnt):
+    """The mount's user.bucketfs.stats, parsed; {} when it cannot be read."""
     try:
-        eps = json.loads(os.getxattr(mnt, "user.bucketfs.stats"))["endpoints"]
-    except (OSError, ValueError, KeyError):
-        return None
+        return json.loads(os.getxattr(mnt, "user.bucketfs.stats"))
+    except (OSError, ValueError):
+        return {}
+
+
+def direct_share(stats):
+    """The share of the responses that took the direct receive path, over
+    all the endpoints of @stats (mount_stats()), or None."""
+    eps = stats.get("endpoints", [])
     asked = sum(e.get("requests", 0) for e in eps)
     return sum(e.get("direct", 0) for e in eps) / asked if asked else None
 
 
-def stage_p50s(mnt):
-    """The mount's recent GETs' p50 per stage (user.bucketfs.stats), ms."""
-    try:
-        st = json.loads(os.getxattr(mnt, "user.bucketfs.stats"))["stages"]
-    except (OSError, ValueError, KeyError):
+def stage_p50s(stats):
+    """The recent GETs' p50 per stage of @stats (mount_stats()), ms."""
+    st = stats.get("stages")
+    if not isinstance(st, dict):
         return None
     return {k: v["p50_ms"] for k, v in st.items() if isinstance(v, dict)}
 
