@@ -65,6 +65,15 @@ static void openssl_error(char *buf, gsize len)
 	ERR_clear_error();
 }
 
+/* OpenSSL's error queue emptied before an I/O call, as SSL_get_error()
+ * needs; the queue is almost always empty, and looking costs less than
+ * clearing each of its slots. */
+static void errors_cleared(void)
+{
+	if (ERR_peek_error())
+		ERR_clear_error();
+}
+
 struct tls_resume {
 	GMutex lock;
 	SSL_SESSION *session; /* protected by lock */
@@ -297,7 +306,7 @@ int tls_handshake(SSL *ssl, guint32 *events, char *why, gsize len)
 {
 	int eof = 0, r;
 
-	ERR_clear_error();
+	errors_cleared();
 	r = tls_outcome(ssl, SSL_do_handshake(ssl), events, &eof, why, len);
 	if (r < 0) {
 		long v = SSL_get_verify_result(ssl);
@@ -321,7 +330,7 @@ ssize_t tls_recv(SSL *ssl, void *buf, gsize n, guint32 *events, char *why,
 	size_t got = 0;
 	int eof = 0, r;
 
-	ERR_clear_error();
+	errors_cleared();
 	r = tls_outcome(ssl, SSL_read_ex(ssl, buf, n, &got), events, &eof, why,
 			len);
 	if (r > 0)
@@ -344,7 +353,7 @@ ssize_t tls_send(SSL *ssl, const void *buf, gsize n, guint32 *events, char *why,
 	size_t put = 0;
 	int eof = 0, r;
 
-	ERR_clear_error();
+	errors_cleared();
 	r = tls_outcome(ssl, SSL_write_ex(ssl, buf, n, &put), events, &eof, why,
 			len);
 	if (r > 0)

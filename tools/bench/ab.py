@@ -77,6 +77,7 @@ def mount_pass(r, ds, build, a, seed, opts):
         stats = mount_stats(m.mnt)
         res["stages"] = stage_p50s(stats)
         res["direct_share"] = direct_share(stats)
+        res["connects"] = connects(stats)
     return res
 
 
@@ -94,6 +95,17 @@ def direct_share(stats):
     eps = stats.get("endpoints", [])
     asked = sum(e.get("requests", 0) for e in eps)
     return sum(e.get("direct", 0) for e in eps) / asked if asked else None
+
+
+def connects(stats):
+    """The connections the direct path opened and, of those, the ones that
+    resumed a TLS session, over all the endpoints of @stats (mount_stats()),
+    or None."""
+    eps = stats.get("endpoints", [])
+    if not eps or "connects" not in eps[0]:
+        return None
+    return (sum(e.get("connects", 0) for e in eps),
+            sum(e.get("tls_resumed", 0) for e in eps))
 
 
 def stage_p50s(stats):
@@ -115,6 +127,8 @@ def line(label, res):
         s += "  every process %.3f ms CPU/file" % res["total_ms_per_file"]
     if res.get("direct_share") is not None:
         s += "  direct %.0f%%" % (100 * res["direct_share"])
+    if res.get("connects") is not None:
+        s += "  connections %d (%d resumed)" % res["connects"]
     if res.get("stages"):
         s += "  GET p50 ms: %s" % ", ".join(
             "%s %.2f" % kv for kv in res["stages"].items())
