@@ -2,6 +2,8 @@
 """Two default mounts of one bucket standing for two hosts, as MLPerf
 Storage's pre-run checks use them, on the test server, s3rver and Ceph RGW:
 
+- The data directory holds more keys than one LIST page (1,000), as a
+  dataset does, so each server's index is built over several pages.
 - CAP-02: rank 0 writes a 64-byte sentinel into the data directory through
   its mount, waits 5 s, and every rank on both mounts reads exactly those
   bytes; then rank 0 unlinks it and the key is gone from the store.  The
@@ -36,6 +38,9 @@ if not os.path.exists("/dev/fuse"):
 # directory, and enough files per directory to be a directory of several.
 DATA = {f"train/img {i}+é_of_6.jpeg": os.urandom(1000 + i) for i in range(6)}
 DATA["train/sub/deep.npz"] = os.urandom(5000)
+# Beside them, more keys than one LIST page holds (servers answer 1,000 at
+# most), so that every server's listing of the data directory pages.
+FILLER = {f"train/f{i:04d}.bin": b"%d" % i for i in range(1100)}
 RANKS_PER_HOST = 2
 SENTINEL_WAIT = 5  # mlpstorage's CAP-02: seconds between write and read
 
@@ -58,6 +63,8 @@ class MultiHost:
         for k, v in DATA.items():
             harness.put_object(cls.server.url, cls.bucket, k, v,
                                ak=cls.ak, sk=cls.sk)
+        harness.put_objects(cls.server.url, cls.bucket, FILLER, ak=cls.ak,
+                            sk=cls.sk, workers=8)
         cls.proxy = harness.CountingProxy(cls.server.url)
         cls.env = harness.client_env(AWS_ACCESS_KEY_ID=cls.ak,
                                      AWS_SECRET_ACCESS_KEY=cls.sk)
@@ -92,6 +99,10 @@ class MultiHost:
         b = self.mount("host-b")
         data_dir = "train"
         name = f".mlps-sentinel-{os.getpid()}-{time.time_ns()}"
+        # Both indexes hold every key of the paged data directory.
+        train = {k.split("/")[1] for k in list(DATA) + list(FILLER)}
+        for m in (a, b):
+            self.assertEqual(set(os.listdir(m.path(data_dir))), train)
         # Host B asks first: nothing yet (and that answer is cached).
         self.assertFalse(os.path.exists(b.path(data_dir, name)))
         payload = os.urandom(64)
