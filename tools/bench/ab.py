@@ -186,12 +186,7 @@ def main():
     rig.use_tls(r, a.scheme == "tls")
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:
-        # back_memory() logs what it did when it backs the memory.
-        mem = rig.back_memory(a.vm_memory)
-        if mem["mode"] != "backed":
-            log("memory: %s" % mem["note"])
-        if a.pin:
-            rig.pin(r.endpoints, True)
+        rig.model_host(r, a.vm_memory, a.pin)
         for i in range(a.runs):
             for label in ("A", "B"):
                 res = mount_pass(r, ds, builds[label], a, i,

@@ -37,16 +37,10 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+import cpu  # noqa: E402
 import rig  # noqa: E402
 import run  # noqa: E402
 from rig import CLEANUP, log  # noqa: E402
-
-
-def daemon_cpu_s(pid):
-    """The CPU seconds (user and system) of process @pid so far."""
-    with open("/proc/%d/stat" % pid) as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tcp_out_segments():
@@ -82,20 +76,21 @@ def one_dd(m, ds, pin, perf):
     rig.warm([os.path.join(ds.dir, "big.bin")])
     path = m.path("big.bin")
     size = ds.total_bytes()
-    cpu0, seg0 = daemon_cpu_s(m.proc.pid), tcp_out_segments()
+    ticks0, seg0 = cpu.process_ticks(m.proc.pid), tcp_out_segments()
     t0 = time.monotonic()
     rec = perf_record(m.proc.pid, *perf) if perf else None
     cmd = ["dd", "if=%s" % path, "of=/dev/null", "bs=1M"]
     p = subprocess.run((["taskset", "-c", "0"] if pin else []) + cmd,
                        capture_output=True, text=True)
     wall = time.monotonic() - t0
-    cpu, segs = daemon_cpu_s(m.proc.pid) - cpu0, tcp_out_segments() - seg0
+    cpu_s = (cpu.process_ticks(m.proc.pid) - ticks0) / cpu.HZ
+    segs = tcp_out_segments() - seg0
     if rec:
         rec.join()
     if p.returncode:
         raise RuntimeError("dd: %s" % p.stderr.strip()[-300:])
     gb = size / 1e9
-    return {"mb_s": size / wall / 1e6, "s_per_gb": cpu / gb, "segments_per_gb": segs / gb}
+    return {"mb_s": size / wall / 1e6, "s_per_gb": cpu_s / gb, "segments_per_gb": segs / gb}
 
 
 def main():
@@ -140,11 +135,7 @@ def main():
         opts.append("ca_file=%s" % rig.TLS.ca)
     results = []
     try:
-        mem = rig.back_memory(a.vm_memory)
-        if mem["mode"] != "backed":
-            log("memory: %s" % mem["note"])
-        if a.pin:
-            rig.pin(r.endpoints, True)
+        rig.model_host(r, a.vm_memory, a.pin)
         with rig.Mount("bucketfs", r, ds, tag="-profile", extra_opts=opts,
                        urls=r.endpoints.urls_for(a.latency)) as m:
             for i in range(a.runs):

@@ -846,6 +846,18 @@ def back_memory(mode):
 # Mounts
 
 
+def model_host(rig_, vm_memory, pinned):
+    """The host a one-off measurement (ab.py, profile.py) models: memory
+    backed or as-is (back_memory(), which logs what it did when it backs
+    the memory; the as-is note is logged here), and pinned mode (pin()) on
+    @rig_'s endpoints when @pinned."""
+    mem = back_memory(vm_memory)
+    if mem["mode"] != "backed":
+        log("memory: %s" % mem["note"])
+    if pinned:
+        pin(rig_.endpoints, True)
+
+
 def is_mount(path):
     try:
         return os.path.ismount(path)
