@@ -5,7 +5,7 @@
                     [--procs P] [--opts k=v,...] [--direct] [--hint] [--pin]
                     [--latency MS] [--b-opts k=v,...] [--list]
                     [--vm-memory backed|as-is] [--style whole|dlio]
-                    [--scheme plain|tls]
+                    [--scheme plain|tls] [--wire]
 
 Serves the RetinaNet-shaped dataset with the rig of run.py (4 nginx
 endpoints, listings from the test S3 server), then, --runs times: mounts
@@ -28,7 +28,9 @@ memory model; backed by default, rig.back_memory()).  --style picks the mounts' 
 (os.listdir) after the mount and before the pass, as DLIO's readers do when
 they start.  --scheme tls serves every path over HTTPS, from the TLS
 ports of run.py's rig (its own CA, which the mounts get as ca_file= and
-the references verify with).  Measures only: no report is written.
+the references verify with).  --wire serves from the rig's wire
+(rig.Wire: the endpoints in a network namespace of their own, not on
+loopback).  Measures only: no report is written.
 
 A build directory is a meson build of any commit (for example
 `git worktree add /tmp/old HEAD~3 && meson setup /tmp/old/build /tmp/old
@@ -98,14 +100,15 @@ def direct_share(stats):
 
 
 def connects(stats):
-    """The connections the direct path opened and, of those, the ones that
-    resumed a TLS session, over all the endpoints of @stats (mount_stats()),
-    or None."""
+    """The connections the direct path opened, the ones of those that
+    resumed a TLS session and the hedged GETs, over all the endpoints of
+    @stats (mount_stats()), or None."""
     eps = stats.get("endpoints", [])
     if not eps or "connects" not in eps[0]:
         return None
     return (sum(e.get("connects", 0) for e in eps),
-            sum(e.get("tls_resumed", 0) for e in eps))
+            sum(e.get("tls_resumed", 0) for e in eps),
+            sum(e.get("hedges", 0) for e in eps))
 
 
 def stage_p50s(stats):
@@ -128,7 +131,7 @@ def line(label, res):
     if res.get("direct_share") is not None:
         s += "  direct %.0f%%" % (100 * res["direct_share"])
     if res.get("connects") is not None:
-        s += "  connections %d (%d resumed)" % res["connects"]
+        s += "  connections %d (%d resumed), hedges %d" % res["connects"]
     if res.get("stages"):
         s += "  GET p50 ms: %s" % ", ".join(
             "%s %.2f" % kv for kv in res["stages"].items())
@@ -167,6 +170,8 @@ def main():
     ap.add_argument("--scheme", default="plain", choices=("plain", "tls"),
                     help="plain (default): http:// endpoints; tls: the same endpoints "
                     "over https://, verified with the rig's own CA")
+    ap.add_argument("--wire", action="store_true",
+                    help="the endpoints behind the rig's wire, not on loopback")
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
@@ -182,7 +187,7 @@ def main():
               "B": rig.snapshot_build(a.b_build, "fs/bucketfs", "b", "ab.py")}
     ds = rig.retina_dataset(a.cache_dir, a.files)
     r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else (),
-                tls=a.scheme == "tls")
+                tls=a.scheme == "tls", wire=a.wire)
     rig.use_tls(r, a.scheme == "tls")
     results = {"A": [], "B": [], "curl -Z": [], "py GETs": []}
     try:

@@ -4,7 +4,7 @@ mount, with an optional perf profile of the daemon.
 
   tools/bench/profile.py [BUILD_DIR] [--scheme plain|tls] [--latency MS]
                          [--runs N] [--mib MIB] [--pin] [--opts k=v,...]
-                         [--perf FILE] [--perf-seconds S]
+                         [--perf FILE] [--perf-seconds S] [--wire]
                          [--vm-memory backed|as-is]
 
 Serves the large file of run.py's rig (one object of --mib MiB, on the 4
@@ -23,6 +23,10 @@ state.
 --perf-seconds (default 3) during the second run (the first with one run)
 into FILE; read it with `perf report -i FILE --children --sort sym`.
 --pin: the endpoints and dd on CPU 0, the daemon on CPU 1 (rig.pin()).
+--wire: the endpoints in a network namespace of their own, reached over
+the rig's wire (rig.Wire, tools/bench/wire.c), so that the daemon's
+system calls no longer run the endpoints' TCP work as they do on
+loopback; the TCP segments then count this side's only.
 docs/PERFORMANCE.md ("Where a GB's CPU goes over HTTPS") was measured
 with it.  Measures only: no report is written.  Needs root, like run.py.
 """
@@ -106,6 +110,8 @@ def main():
     ap.add_argument("--mib", type=int, default=2048, help="the file's size (default 2048)")
     ap.add_argument("--pin", action="store_true",
                     help="endpoints and dd on CPU 0, the daemon on CPU 1")
+    ap.add_argument("--wire", action="store_true",
+                    help="the endpoints behind the rig's wire, not on loopback")
     ap.add_argument("--opts", default="", help="extra -o options for the mount")
     ap.add_argument("--perf", metavar="FILE",
                     help="record the daemon with perf during the second run into FILE")
@@ -128,7 +134,7 @@ def main():
     rig.BUILD = rig.snapshot_build(a.build, "fs/bucketfs", "p", "profile.py")
     ds = rig.large_dataset(a.cache_dir, a.mib)
     r = rig.Rig(a.cache_dir, [ds], delays=(a.latency,) if a.latency else (),
-                tls=a.scheme == "tls")
+                tls=a.scheme == "tls", wire=a.wire)
     rig.use_tls(r, a.scheme == "tls")
     opts = [o for o in a.opts.split(",") if o]
     if rig.TLS:
@@ -147,8 +153,9 @@ def main():
     finally:
         CLEANUP.run()
     med = {k: statistics.median(x[k] for x in results) for k in results[0]}
-    print("medians of %d (%s, %d ms%s): %.0f MB/s, daemon %.3f s CPU/GB, %.0f TCP segments/GB"
+    print("medians of %d (%s, %d ms%s%s): %.0f MB/s, daemon %.3f s CPU/GB, %.0f TCP segments/GB"
           % (len(results), a.scheme, a.latency, ", pinned" if a.pin else "",
+             ", wire" if a.wire else "",
              med["mb_s"], med["s_per_gb"], med["segments_per_gb"]))
 
 

@@ -113,6 +113,9 @@ def merge(results):
         invocation ran again (the report gives the later one's numbers)."""
         later = set().union(*[ran(r) for r in results[i + 1:]])
         return [p for p in results[i].get("problems", []) if p[0] not in later]
+    if len({bool(r.get("wire")) for r in results}) > 1:
+        raise ValueError("runs over the wire (--wire) and on loopback measure different "
+                         "hosts; render them into separate reports")
     out = dict(results[0])
     out["sections"] = dict(results[0].get("sections", {}))
     out["problems"] = problems(0)
@@ -554,15 +557,27 @@ def how(res, w):
     eps = res.get("endpoints", [])
     w("- **Endpoints:** 4 nginx instances (one process each, `master_process off`, "
       "`sendfile on`, `access_log off`, `keepalive_requests` 10⁸, `open_file_cache`) on "
-      "loopback ports %s serve GET/HEAD/Range straight from the dataset directory. Any "
+      "%s ports %s serve GET/HEAD/Range straight from the dataset directory. Any "
       "request with `list-type=` in its query, any non-GET/HEAD request and any request "
       "for a directory is passed (`proxy_pass`, with the client's `Host` and URI) to the "
       "project's test S3 server (`tests/s3server/s3server.py --etag-style nginx`), so "
       "every client uses the same 4 URLs. nginx ignores the S3 `Authorization` header; "
       "the test server checks SigV4 on the listings. With `--etag-style nginx` the "
       "listing's ETags are nginx's own (`\"<hex mtime>-<hex size>\"`), so bucketfs's "
-      "`If-Match` on every GET is honoured (see the self-check)." % ", ".join(
-          u.rsplit(":", 1)[1] for u in eps))
+      "`If-Match` on every GET is honoured (see the self-check)." % (
+          "the wire's" if res.get("wire") else "loopback",
+          ", ".join(u.rsplit(":", 1)[1] for u in eps)))
+    if res.get("wire"):
+        w("- **Wire:** the endpoints (nginx and the test S3 server) run in a network "
+          "namespace of their own, at %s, reached over a pair of tap devices that "
+          "`tools/bench/wire.c` joins (virtio-net headers, checksum and TSO offloads, "
+          "MTU 1500), not over loopback. On loopback each side's system calls run the "
+          "other's TCP work (an ACK's sending runs the server's receipt of it and its "
+          "next segments); over the wire a frame is received in the wire's process, as "
+          "a NIC's interrupt takes it, and the wire's CPU is counted with the "
+          "endpoints'. A model of a store on another host; it costs the machine the "
+          "wire's CPU, so its files/s are not comparable with a loopback run's."
+          % (res.get("endpoints") or ["?"])[0].split("//")[-1].rsplit(":", 1)[0])
     de = res.get("delay_endpoints") or {}
     if len(de) > 1:
         w("- **Latency rig:** each of the 4 nginx endpoints also listens on one port per "

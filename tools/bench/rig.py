@@ -391,8 +391,8 @@ def warm(paths, threads=8):
 class S3Server:
     """tests/s3server/s3server.py: answers the listings nginx forwards."""
 
-    def __init__(self, tmp, datasets):
-        args = ["/usr/bin/python3", S3SERVER, "--port", "0", "--quiet",
+    def __init__(self, tmp, datasets, prefix=()):
+        args = list(prefix) + ["/usr/bin/python3", S3SERVER, "--port", "0", "--quiet",
                 "--etag-style", "nginx", "--timeout", "600"]
         for ds in datasets:
             args += ["--bucket", "%s=%s" % (ds.name, ds.dir)]
@@ -456,7 +456,7 @@ http {{
 NGINX_SERVER = """\
     server {{
         # {what}
-        listen 127.0.0.1:{port}{ssl} backlog=4096;
+        listen {host}:{port}{ssl} backlog=4096;
         root {root};
         location / {{
             error_page 418 = @s3server;
@@ -503,17 +503,17 @@ def echo_module():
     return ECHO_MODULE if os.path.exists(ECHO_MODULE) else None
 
 
-def nginx_conf(tmp, i, ports, root, s3port, tls_ports=None, tls=None):
-    """The config of endpoint @i: @ports maps a first-byte delay (ms) to
-    the port that answers with it; delay 0 is the plain static port.
-    @tls_ports, the same for the TLS ports, with @tls (a Tls) their
-    certificate."""
+def nginx_conf(tmp, i, ports, root, s3port, tls_ports=None, tls=None, host="127.0.0.1"):
+    """The config of endpoint @i, listening on @host: @ports maps a
+    first-byte delay (ms) to the port that answers with it; delay 0 is the
+    plain static port.  @tls_ports, the same for the TLS ports, with @tls
+    (a Tls) their certificate."""
     servers = []
     for scheme, pmap in (("http", ports), ("https", tls_ports or {})):
         for delay, port in sorted(pmap.items()):
             servers.append(NGINX_SERVER.format(
                 what="%s: objects after a %g ms first-byte delay" % (scheme, delay) if delay
-                else "%s: objects without delay" % scheme, port=port, root=root,
+                else "%s: objects without delay" % scheme, host=host, port=port, root=root,
                 ssl=" ssl" if scheme == "https" else "",
                 delay=NGINX_DELAY.format(seconds="%.3f" % (delay / 1e3)) if delay else ""))
     delayed = any(d for d in list(ports) + list(tls_ports or {}))
@@ -539,12 +539,12 @@ def free_ports(n):
     return ports
 
 
-def wait_port(port, timeout=10, proc=None):
+def wait_port(port, timeout=10, proc=None, host="127.0.0.1"):
     import socket
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
-            socket.create_connection(("127.0.0.1", port), 0.5).close()
+            socket.create_connection((host, port), 0.5).close()
             return
         except OSError:
             if proc is not None and proc.poll() is not None:
@@ -567,34 +567,39 @@ def _raise_nofile():
 class Nginx:
     """One nginx instance (one process: master_process off) per endpoint,
     so that one endpoint can be killed by its PID.  @ports maps a
-    first-byte delay in ms to a port; 0 must be there."""
+    first-byte delay in ms to a port; 0 must be there.  With @wire (a
+    Wire), it runs in the wire's network namespace, on the store's
+    address."""
 
-    def __init__(self, tmp, i, ports, root, s3port, tls_ports=None, tls=None):
+    def __init__(self, tmp, i, ports, root, s3port, tls_ports=None, tls=None, wire=None):
         self.tmp, self.i, self.port = tmp, i, ports[0]
+        self.host = WIRE_STORE if wire else "127.0.0.1"
+        self.prefix = wire.prefix() if wire else []
         self.conf = os.path.join(tmp, "nginx-%d.conf" % i)
         os.makedirs(os.path.join(tmp, "nginx-%d.tmp" % i), exist_ok=True)
         with open(self.conf, "w") as f:
-            f.write(nginx_conf(tmp, i, ports, root, s3port, tls_ports, tls))
+            f.write(nginx_conf(tmp, i, ports, root, s3port, tls_ports, tls, self.host))
         self.proc = None
         self.ports = dict(ports)
         self.ports.update({("tls", d): p for d, p in (tls_ports or {}).items()})
-        self.url = "http://127.0.0.1:%d" % self.port
-        self.urls = {d: "http://127.0.0.1:%d" % p for d, p in ports.items()}
+        self.url = "http://%s:%d" % (self.host, self.port)
+        self.urls = {d: "http://%s:%d" % (self.host, p) for d, p in ports.items()}
         # The TLS ports' URLs, by delay (empty without TLS).
-        self.tls_urls = {d: "https://127.0.0.1:%d" % p for d, p in (tls_ports or {}).items()}
+        self.tls_urls = {d: "https://%s:%d" % (self.host, p)
+                         for d, p in (tls_ports or {}).items()}
         self.start()
         CLEANUP.push("stop nginx endpoint %d" % i, self.stop)
 
     def start(self):
         self.proc = subprocess.Popen(
-            ["nginx", "-p", self.tmp, "-c", self.conf,
+            self.prefix + ["nginx", "-p", self.tmp, "-c", self.conf,
              "-e", os.path.join(self.tmp, "nginx-%d.error.log" % self.i)],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.tmp, "nginx-%d.stderr" % self.i), "ab"),
             start_new_session=True, preexec_fn=_raise_nofile)
         try:
             for port in self.ports.values():
-                wait_port(port, proc=self.proc)
+                wait_port(port, proc=self.proc, host=self.host)
         except RuntimeError as exc:
             raise RuntimeError("nginx on port %d: %s: %s" % (
                 self.port, exc, open(os.path.join(self.tmp, "nginx-%d.error.log"
@@ -615,10 +620,13 @@ class Endpoints:
     Each endpoint has a port per first-byte delay of @delays (ms; 0, the
     plain port, always): urls are the plain ones, delay_urls[d] those that
     answer after d ms.  With @tls (a Tls), each endpoint also has a TLS
-    port per delay, the same scheme on other ports: tls_delay_urls[d]."""
+    port per delay, the same scheme on other ports: tls_delay_urls[d].
+    With @wire (a Wire), the test S3 server and nginx run in the wire's
+    network namespace and are reached over it."""
 
-    def __init__(self, tmp, root, datasets, n=4, delays=(), tls=None):
-        self.s3 = S3Server(tmp, datasets)
+    def __init__(self, tmp, root, datasets, n=4, delays=(), tls=None, wire=None):
+        self.wire = wire
+        self.s3 = S3Server(tmp, datasets, wire.prefix() if wire else ())
         self.delays = sorted(set([0] + [d for d in delays]))
         self.tls = tls
         k = len(self.delays)
@@ -628,7 +636,7 @@ class Endpoints:
             plain = {d: ports[i * k + j] for j, d in enumerate(self.delays)}
             tls_ports = {d: ports[(n + i) * k + j] for j, d in enumerate(self.delays)} \
                 if tls else None
-            self.nginx.append(Nginx(tmp, i, plain, root, self.s3.port, tls_ports, tls))
+            self.nginx.append(Nginx(tmp, i, plain, root, self.s3.port, tls_ports, tls, wire))
         self.urls = [x.url for x in self.nginx]
         self.delay_urls = {d: [x.urls[d] for x in self.nginx] for d in self.delays}
         self.tls_delay_urls = {d: [x.tls_urls[d] for x in self.nginx] for d in self.delays} \
@@ -644,9 +652,85 @@ class Endpoints:
         return self.delay_urls[delay]
 
     def pids(self):
-        """The endpoints' processes: the nginx ones and the test S3 server."""
+        """The endpoints' processes: the nginx ones, the test S3 server and
+        the wire's."""
         return [x.proc.pid for x in self.nginx if x.proc] + \
-            ([self.s3.proc.pid] if self.s3.proc else [])
+            ([self.s3.proc.pid] if self.s3.proc else []) + \
+            ([self.wire.proc.pid] if self.wire else [])
+
+
+# --------------------------------------------------------------------------
+# The wire: the endpoints in a network namespace of their own, a model of a
+# store on another host
+
+WIRE_NETNS = "bucketfs-bench-store"
+WIRE_TAPS = ("bfsbench0", "bfsbench1")    # this host's side, the store's
+WIRE_HOST, WIRE_STORE = "10.77.0.1", "10.77.0.2"
+# Frames a tap holds for the wire to read (a NIC's ring).  At 1,000, the
+# default, bursts of many streams overflowed the store's tap while the
+# wire waited for a CPU, and TCP's retransmission timeouts (200 ms) showed
+# in every p99; a lossless link is the model.
+WIRE_QUEUE = "20000"
+WIRE_LABEL = ("wire: the endpoints in a network namespace of their own, reached over a "
+              "pair of taps that tools/bench/wire.c joins, a model of a store on another host")
+
+
+class Wire:
+    """The network namespace WIRE_NETNS, the taps WIRE_TAPS (one in it,
+    one here) and tools/bench/wire.c, built into @tmp, carrying frames
+    between them.  On loopback the client's and the server's TCP work run
+    in each other's system calls; over the wire each frame is received in
+    the wire's process, as a NIC's interrupt would take it, so the
+    daemon's CPU is its own socket's work only (wire.c says more)."""
+
+    def __init__(self, tmp):
+        self.proc = None
+        binary_ = os.path.join(tmp, "wire")
+        r = subprocess.run(["cc", "-O2", "-pthread", "-o", binary_,
+                            os.path.join(HERE, "wire.c")], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError("building wire.c: %s" % r.stderr.strip()[-500:])
+        remove_netns()   # one left by a run that was SIGKILLed
+        self._ip("netns", "add", WIRE_NETNS)
+        CLEANUP.push("remove network namespace %s" % WIRE_NETNS, remove_netns)
+        self.proc = subprocess.Popen([binary_, WIRE_TAPS[0], WIRE_TAPS[1]],
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=open(os.path.join(tmp, "wire.log"), "ab"),
+                                     start_new_session=True, text=True)
+        CLEANUP.push("stop the wire", self.stop)
+        if self.proc.stdout.readline().strip() != "ready":
+            self.proc.wait()
+            raise RuntimeError("wire did not start: %s"
+                               % open(os.path.join(tmp, "wire.log")).read()[-500:])
+        self._ip("link", "set", WIRE_TAPS[1], "netns", WIRE_NETNS)
+        self._ip("addr", "add", WIRE_HOST + "/30", "dev", WIRE_TAPS[0])
+        self._ip("link", "set", WIRE_TAPS[0], "up", "txqueuelen", WIRE_QUEUE)
+        for args in (("addr", "add", WIRE_STORE + "/30", "dev", WIRE_TAPS[1]),
+                     ("link", "set", WIRE_TAPS[1], "up", "txqueuelen", WIRE_QUEUE),
+                     ("link", "set", "lo", "up")):
+            self._ip("-n", WIRE_NETNS, *args)
+
+    @staticmethod
+    def _ip(*args):
+        r = subprocess.run(["ip"] + list(args), capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError("ip %s: %s" % (" ".join(args), r.stderr.strip()))
+
+    @staticmethod
+    def prefix():
+        """The command prefix that runs a program in the store's namespace."""
+        return ["ip", "netns", "exec", WIRE_NETNS]
+
+    def stop(self):
+        if self.proc is not None:
+            stop_process(self.proc, "wire")
+            self.proc.stdout.close()
+
+
+def remove_netns():
+    """Removes WIRE_NETNS if it exists (its tap goes with it)."""
+    if os.path.exists("/run/netns/" + WIRE_NETNS):
+        subprocess.run(["ip", "netns", "del", WIRE_NETNS], capture_output=True)
 
 
 # --------------------------------------------------------------------------
@@ -658,8 +742,8 @@ TLS_LABEL = "TLS: the same endpoints over HTTPS"
 
 
 class Tls:
-    """A self-signed CA and a server certificate for 127.0.0.1 and
-    localhost signed by it, made by openssl in @tmp (the run's directory,
+    """A self-signed CA and a server certificate for 127.0.0.1, localhost
+    and the wire's store address signed by it, made by openssl in @tmp (the run's directory,
     removed at the end; never in the tree).  ca is the CA's PEM, the file
     every client verifies the endpoints with (bucketfs -o ca_file=, curl
     --cacert, Python's ssl)."""
@@ -677,7 +761,7 @@ class Tls:
             f.write("basicConstraints = critical, CA:FALSE\n"
                     "keyUsage = critical, digitalSignature, keyEncipherment\n"
                     "extendedKeyUsage = serverAuth\n"
-                    "subjectAltName = IP:127.0.0.1, DNS:localhost\n")
+                    "subjectAltName = IP:127.0.0.1, IP:%s, DNS:localhost\n" % WIRE_STORE)
         steps = [
             ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256",
              "-nodes", "-keyout", ca_key, "-out", self.ca, "-days", "2",
@@ -696,8 +780,8 @@ class Tls:
                                                            r.stderr.strip()[-500:]))
         r = subprocess.run(["openssl", "x509", "-in", self.cert, "-noout", "-enddate"],
                            capture_output=True, text=True)
-        self.describe = ("EC P-256, CN=127.0.0.1, subjectAltName IP:127.0.0.1 and "
-                         "DNS:localhost, %s" % (r.stdout.strip() or "?"))
+        self.describe = ("EC P-256, CN=127.0.0.1, subjectAltName IP:127.0.0.1, IP:%s and "
+                         "DNS:localhost, %s" % (WIRE_STORE, r.stdout.strip() or "?"))
 
 
 def use_tls(rig_, on):
@@ -971,7 +1055,7 @@ class Mount:
 class Rig:
     """The run's temporary directory, the endpoints and client configs."""
 
-    def __init__(self, cache, datasets, delays=(), tls=False):
+    def __init__(self, cache, datasets, delays=(), tls=False, wire=False):
         self.cache = cache
         self.tmp = tempfile.mkdtemp(prefix="bfs-bench-", dir="/var/tmp")
         with open(os.path.join(self.tmp, "run.pid"), "w") as f:
@@ -981,7 +1065,9 @@ class Rig:
         self.root = os.path.join(cache, "buckets")
         self.datasets = datasets
         self.tls = Tls(self.tmp) if tls else None
-        self.endpoints = Endpoints(self.tmp, self.root, datasets, delays=delays, tls=self.tls)
+        self.wire = Wire(self.tmp) if wire else None
+        self.endpoints = Endpoints(self.tmp, self.root, datasets, delays=delays, tls=self.tls,
+                                   wire=self.wire)
         self._passwd = self._rclone = None
 
     def _remove_tmp(self):

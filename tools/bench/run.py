@@ -151,7 +151,10 @@ class Bench(latency.LatencyMixin):
             if name in a.selected:
                 delays |= set(getattr(a, attr))
         self.rig = rig.Rig(self.cache, datasets, delays=sorted(delays),
-                           tls=True in a.scheme)
+                           tls=True in a.scheme, wire=a.wire)
+        if self.rig.wire:
+            self.res["wire"] = rig.WIRE_LABEL
+            log(rig.WIRE_LABEL)
         self.rig.logs_dir = self.res["logs_dir"] = os.path.join(
             self.cache, "results", self.a.stamp + "-logs")
         log("endpoints: %s (listings via the test S3 server on port %d)"
@@ -1076,6 +1079,10 @@ def parse_args(argv):
                    "ports (the same endpoints over HTTPS with the rig's own CA: bucketfs "
                    "-o ca_file=, the readers and curl verify with it), or both, plain "
                    "first; each with every --pin mode")
+    g.add_argument("--wire", action="store_true",
+                   help="serve the endpoints from a network namespace of their own, over "
+                   "the rig's wire (tools/bench/wire.c), not loopback: a model of a store "
+                   "on another host, where each side's TCP work is its own")
     g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
                    help="extra -o options for bucketfs in latency, large, fio and npz")
     g.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
@@ -1185,7 +1192,10 @@ def main(argv=None):
             with open(path) as f:
                 parts.append(json.load(f))
                 parts[-1].setdefault("raw_path", path)
-        res = parts[0] if len(parts) == 1 else report.merge(parts)
+        try:
+            res = parts[0] if len(parts) == 1 else report.merge(parts)
+        except ValueError as exc:
+            sys.exit("run.py: --render %s: %s" % (a.render, exc))
         out = os.path.abspath(a.out)
         report.write(res, out)
         log("wrote %s and %s from %s" % (out, report.chart_path(out), a.render))

@@ -4,15 +4,15 @@
 # nginx (the fast GET path) with its echo module (the latency rig's
 # first-byte delay), the peers s3fs and rclone, fio, numpy (np.load of .npz
 # files, as DLIO's UNet3D reader), matplotlib for the charts, gnuplot,
-# prlimit (util-linux) and curl.  Safe to run again: it only calls apt-get
-# when something is missing.
+# prlimit (util-linux), curl and iproute2 (the wire's network namespace).
+# Safe to run again: it only calls apt-get when something is missing.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 tools/setup.sh
 
 packages=(nginx libnginx-mod-http-echo s3fs rclone fio python3-matplotlib python3-numpy
-	gnuplot-nox curl util-linux fuse3)
+	gnuplot-nox curl util-linux fuse3 iproute2)
 missing=()
 for p in "${packages[@]}"; do
 	# A here-string, not a pipe: grep -q stops at the match, and under
