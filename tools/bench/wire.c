@@ -57,8 +57,8 @@ static int tap_open(const char *name)
 		fprintf(stderr, "wire: tap %s: %s\n", name, strerror(errno));
 		exit(1);
 	}
-	if (ioctl(fd, TUNSETOFFLOAD,
-		  TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) < 0) {
+	if (ioctl(fd, TUNSETOFFLOAD, TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6) <
+	    0) {
 		fprintf(stderr, "wire: tap %s offloads: %s\n", name,
 			strerror(errno));
 		exit(1);
