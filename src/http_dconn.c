@@ -105,6 +105,11 @@ static gboolean direct_close_idle(struct loop *l)
 	return FALSE;
 }
 
+gboolean direct_slice_full(const struct loop *l)
+{
+	return loop_sockets(l) >= l->slots;
+}
+
 /* Before a socket opens: at the loop's slice, an idle direct one goes.
  * FALSE: the slice is full of sockets in use, or curl's. */
 gboolean direct_make_room(struct loop *l)

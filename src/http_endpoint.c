@@ -154,16 +154,34 @@ void ewma_add(struct http *http, struct endpoint *ep, gint64 us, gint64 now)
 }
 
 /*
+ * How much longer than the best expected wait a loop accepts in order to
+ * keep using an idle connection it has (see pick_healthy()).
+ */
+#define WARM_SLACK 2.0
+
+/*
  * The healthy endpoint other than @avoid where one more attempt expects
  * to wait least: (inflight + 1) x recent latency.  Ties go round.
+ *
+ * With @l's slice of the budget full, going elsewhere than where @l has
+ * an idle direct connection means closing that connection and opening
+ * another: a connect, over TLS a handshake, both ends' CPU, to save a
+ * wait that the latencies' noise alone makes up on a busy host.  Then
+ * the warm endpoint with the least expected wait is taken while that
+ * wait is within WARM_SLACK times the best one's: the loop's connections
+ * stay where they are, a pool that balances itself (a connection to a
+ * faster endpoint comes back idle sooner and is taken again sooner),
+ * and an endpoint much slower than the rest is still left.  (Under the
+ * loop's own thread, which alone touches its lanes.)
  */
 struct endpoint *pick_healthy(struct http *http, const struct endpoint *avoid,
-			      gint64 now)
+			      struct loop *l, gint64 now)
 {
 	guint n = http->endpoints->len;
 	guint start = http->rotate++ % n, i;
-	double fastest = fastest_ewma(http), best_score = 0;
-	struct endpoint *best = NULL;
+	double fastest = fastest_ewma(http), best_score = 0, warm_score = 0;
+	struct endpoint *best = NULL, *warm = NULL;
+	gboolean full = l && direct_slice_full(l);
 
 	if (fastest <= 0)
 		fastest = 1;
@@ -178,7 +196,14 @@ struct endpoint *pick_healthy(struct http *http, const struct endpoint *avoid,
 			best = ep;
 			best_score = score;
 		}
+		if (full && lane_of(l, ep)->idle.length &&
+		    (!warm || score < warm_score)) {
+			warm = ep;
+			warm_score = score;
+		}
 	}
+	if (warm && warm_score <= WARM_SLACK * best_score)
+		return warm;
 	return best;
 }
 
@@ -257,7 +282,7 @@ static struct endpoint *best_of_ejected(struct http *http,
  * an ejected endpoint; *@probe says so.
  */
 struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
-			       gint64 now, gboolean *probe)
+			       struct loop *l, gint64 now, gboolean *probe)
 {
 	struct endpoint *ep;
 
@@ -271,9 +296,9 @@ struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
 			return ep;
 		}
 	}
-	ep = pick_healthy(http, req->last_failed, now);
+	ep = pick_healthy(http, req->last_failed, l, now);
 	if (!ep)
-		ep = pick_healthy(http, NULL, now);
+		ep = pick_healthy(http, NULL, l, now);
 	if (!ep)
 		ep = best_of_ejected(http, req->last_failed);
 	return ep;

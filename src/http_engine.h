@@ -416,14 +416,15 @@ double latency_now(const struct endpoint *ep, double fastest, gint64 now);
 void ewma_add(struct http *http, struct endpoint *ep, gint64 us, gint64 now);
 
 /* The healthy endpoint other than @avoid where one more attempt expects
- * to wait least, or NULL. */
+ * to wait least, or NULL; with @l (its thread) and its slice full, one
+ * where @l has an idle direct connection, unless much worse. */
 struct endpoint *pick_healthy(struct http *http, const struct endpoint *avoid,
-			      gint64 now);
+			      struct loop *l, gint64 now);
 
-/* Where the next round of @req goes; *@probe: it is the probe of an
- * ejected endpoint. */
+/* Where the next round of @req goes, from loop @l (or NULL); *@probe: it
+ * is the probe of an ejected endpoint. */
 struct endpoint *pick_endpoint(struct http *http, struct http_request *req,
-			       gint64 now, gboolean *probe);
+			       struct loop *l, gint64 now, gboolean *probe);
 
 /* Whether a healthy endpoint other than @ep exists. */
 gboolean another_healthy(struct http *http, const struct endpoint *ep);
@@ -457,6 +458,10 @@ void direct_watch(struct loop *l, struct dconn *c, guint32 events);
 /* Closes and frees @c: its socket, its TLS, its place in the lane and the
  * budget. */
 void direct_close(struct loop *l, struct dconn *c);
+
+/* Whether @l's sockets fill its slice, so that a new one would first
+ * close an idle one. */
+gboolean direct_slice_full(const struct loop *l);
 
 /* Before a socket opens: at the loop's slice, an idle direct one goes.
  * FALSE: the slice is full of sockets in use, or curl's. */

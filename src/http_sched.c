@@ -334,7 +334,7 @@ static void start_ready(struct loop *l, gint64 now)
 		struct booking b = { 0 };
 
 		pthread_mutex_lock(&http->lock);
-		b.ep = pick_endpoint(http, req, now, &b.probe);
+		b.ep = pick_endpoint(http, req, l, now, &b.probe);
 		if (!ramp_allows(l, b.ep, now)) {
 			pthread_mutex_unlock(&http->lock);
 			break;
@@ -386,7 +386,7 @@ static gboolean book_hedge(struct loop *l, struct attempt *a, struct booking *b,
 		l->hedge_blocked = TRUE;
 		go = FALSE;
 	} else {
-		b->ep = pick_healthy(http, a->ep, now);
+		b->ep = pick_healthy(http, a->ep, l, now);
 		b->hedge = TRUE;
 		if (b->ep && !ramp_allows(l, b->ep, now))
 			go = FALSE;

@@ -1431,6 +1431,43 @@ static void test_budget(void)
 }
 
 /*
+ * A full slice keeps its connections: with more work than budget, a
+ * transfer goes where its loop has an idle connection rather than closing
+ * that one to open another elsewhere (a connect, over TLS a handshake).
+ * Four equal endpoints, eight slots per event thread, 1,200 GETs at once:
+ * the direct path opens about one connection per slot, where picking by
+ * load alone closed and opened one every few dozen GETs.
+ */
+static void test_budget_keeps_warm(void)
+{
+	struct rig r;
+	struct tcase tc;
+	guint i, connects = 0, warm = direct_receive ? 4 : 0;
+
+	rig_init(&r);
+	for (i = 0; i < 4; i++)
+		rig_add(&r, server_new());
+	r.o.max_connections = 8 * event_threads;
+	rig_start(&r);
+	tcase_init(&tc);
+	for (i = 0; i < warm; i++)
+		submit_wait(&tc, r.http, "/x");
+	submit_n(&tc, r.http, 1200, "/x?d=1", FALSE);
+	wait_done(&tc, 1200 + warm, 60);
+	assert_all_ok(&tc);
+	rig_stats(&r);
+	for (i = 0; i < 4; i++)
+		connects += r.st[i].connects;
+	g_test_message("1,200 GETs through %u slots: %u direct connections",
+		       r.o.max_connections, connects);
+	/* curl's connections are its cache's, not the engine's choice. */
+	if (direct_receive)
+		g_assert_cmpuint(connects, <=, 2 * r.o.max_connections);
+	rig_clear(&r);
+	tcase_clear(&tc);
+}
+
+/*
  * The retry budget: a storm of 503s on every request.  100 requests of 4
  * attempts want 300 retries; the budget holds 100 tokens, earns 50 from
  * the requests' first attempts and 10 a second, so the retries past it
@@ -1900,6 +1937,7 @@ int main(int argc, char **argv)
 		{ "hedge-both-fail", test_hedge_both_fail, 3 },
 		{ "hedge-delay", test_hedge_delay, 3 },
 		{ "budget", test_budget, 3 },
+		{ "budget-keeps-warm", test_budget_keeps_warm, 3 },
 		{ "retry-budget", test_retry_budget, 3 },
 		{ "fifo", test_fifo, 3 },
 		{ "cancel", test_cancel, 2 },
