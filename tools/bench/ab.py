@@ -176,6 +176,8 @@ def main():
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     ap.add_argument("--timeout", type=int, default=900, help="cut a pass off after (s)")
     a = ap.parse_args()
+    if a.wire and a.pin:
+        ap.error(rig.WIRE_UNPINNED)
     a.opts = [o for o in a.opts.split(",") if o]
     b_opts = a.opts + [o for o in a.b_opts.split(",") if o]
     if os.geteuid() != 0:

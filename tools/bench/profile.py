@@ -122,6 +122,8 @@ def main():
     ap.add_argument("--cache-dir", default="/var/tmp/bucketfs-bench",
                     help="where datasets live (default /var/tmp/bucketfs-bench)")
     a = ap.parse_args()
+    if a.wire and a.pin:
+        ap.error(rig.WIRE_UNPINNED)
     if os.geteuid() != 0:
         raise SystemExit("profile.py: needs root (it drops the page cache and mounts)")
     if a.runs < 1 or a.mib < 1:

@@ -675,6 +675,15 @@ WIRE_LABEL = ("wire: the endpoints in a network namespace of their own, reached 
               "pair of taps that tools/bench/wire.c joins, a model of a store on another host")
 
 
+# Why --wire runs unpinned only: a frame the wire writes into a tap is
+# received (softirq, TCP) on the wire's own CPU, so pinned with the
+# endpoints on CPU 0 it would move all the daemon's receive work there,
+# which no host's NIC does.
+WIRE_UNPINNED = ("--wire runs unpinned only: the wire receives every frame on its own "
+                 "CPU, so pinned beside the endpoints it would put the daemon's TCP "
+                 "receive work on their core")
+
+
 class Wire:
     """The network namespace WIRE_NETNS, the taps WIRE_TAPS (one in it,
     one here) and tools/bench/wire.c, built into @tmp, carrying frames

@@ -1082,7 +1082,7 @@ def parse_args(argv):
     g.add_argument("--wire", action="store_true",
                    help="serve the endpoints from a network namespace of their own, over "
                    "the rig's wire (tools/bench/wire.c), not loopback: a model of a store "
-                   "on another host, where each side's TCP work is its own")
+                   "on another host, where each side's TCP work is its own (unpinned only)")
     g.add_argument("--opts", default="", metavar="K=V[,K=V...]",
                    help="extra -o options for bucketfs in latency, large, fio and npz")
     g.add_argument("--vm-memory", default="backed", choices=("backed", "as-is"),
@@ -1126,6 +1126,8 @@ def parse_args(argv):
         a.large_latency = _ms_list(a.large_latency)
     except ValueError as exc:
         ap.error("--latency/--large-latency: %s" % exc)
+    if a.wire and a.pin != "unpinned":
+        ap.error(rig.WIRE_UNPINNED)
     a.pin = {"unpinned": [False], "pinned": [True], "both": [False, True]}[a.pin]
     a.scheme = {"plain": [False], "tls": [True], "both": [False, True]}[a.scheme]
     a.order = [o for o in a.order.split(",") if o]
