@@ -44,7 +44,6 @@
 #define DEFAULT_ENTRY_TIMEOUT 3600.0
 /* -o negative_timeout=: a missing name is asked for again after this. */
 #define DEFAULT_NEGATIVE_TIMEOUT 1.0
-#define MAX_CONNECTIONS_DEFAULT	 1024
 #define KERNEL_RA_DEFAULT	 (2u << 20)
 #define SCHED_SLICE_DEFAULT_US	 100 /* -o sched_slice= */
 
@@ -271,8 +270,7 @@ static void raise_nofile(struct config *cfg)
 			rl.rlim_cur = soft;
 	}
 	if (!cfg->max_connections)
-		cfg->max_connections = (guint)CLAMP(rl.rlim_cur / 2, 8,
-						    MAX_CONNECTIONS_DEFAULT);
+		cfg->max_connections = config_mount_connections(rl.rlim_cur);
 	log_msg(LOG_LEVEL_INFO,
 		"RLIMIT_NOFILE: soft %llu, hard %llu; up to %u connections",
 		(unsigned long long)rl.rlim_cur,

@@ -125,3 +125,8 @@ void config_clear(struct config *cfg)
 		g_ptr_array_unref(cfg->files_read);
 	memset(cfg, 0, sizeof(*cfg));
 }
+
+guint config_mount_connections(unsigned long long nofile)
+{
+	return (guint)CLAMP(nofile / 2, 8, CONFIG_MOUNT_MAX_CONNECTIONS);
+}

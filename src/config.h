@@ -80,9 +80,12 @@
 
 #include <glib.h>
 
-/* Connections when -o max_connections= is not given. */
+/* Connections when -o max_connections= is not given: the tools' (a
+ * mount's is config_mount_connections()). */
 #define CONFIG_DEFAULT_MAX_CONNECTIONS 64
-#define CONFIG_DEFAULT_RETRY_DEADLINE  60 /* seconds: see retry_deadline */
+/* The most a mount takes without -o max_connections=. */
+#define CONFIG_MOUNT_MAX_CONNECTIONS  1024
+#define CONFIG_DEFAULT_RETRY_DEADLINE 60 /* seconds: see retry_deadline */
 
 enum addressing {
 	ADDRESSING_AUTO,    /* only before config_finish() */
@@ -235,6 +238,11 @@ gboolean config_finish(struct config *cfg, GError **error);
  * none).  Works before config_finish() too, showing what is unresolved.
  */
 char *config_describe(const struct config *cfg);
+
+/* A mount's connection budget without -o max_connections=: half its
+ * descriptor limit @nofile (the rest for FUSE, the index and logs), 8 to
+ * CONFIG_MOUNT_MAX_CONNECTIONS. */
+guint config_mount_connections(unsigned long long nofile);
 
 /*
  * The help text for the -o options common to all tools, for --help, so

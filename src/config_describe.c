@@ -126,8 +126,10 @@ char *config_describe(const struct config *cfg)
 				       cfg->max_connections);
 	else
 		g_string_append_printf(
-			s, "%-17s %d (default)\n",
-			"max_connections:", CONFIG_DEFAULT_MAX_CONNECTIONS);
+			s,
+			"%-17s half the descriptor limit, at most %d "
+			"(default)\n",
+			"max_connections:", CONFIG_MOUNT_MAX_CONNECTIONS);
 	if (cfg->event_threads)
 		g_string_append_printf(s, "%-17s %u\n",
 				       "event_threads:", cfg->event_threads);

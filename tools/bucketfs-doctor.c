@@ -607,9 +607,8 @@ static void check_dlio_layout(struct doctor *d)
 static void check_fds(struct doctor *d)
 {
 	struct rlimit rl;
-	guint planned = d->cfg.max_connections ? d->cfg.max_connections
-					       : CONFIG_DEFAULT_MAX_CONNECTIONS;
-	rlim_t need = planned + FD_RESERVE;
+	guint planned;
+	rlim_t need;
 	g_autofree char *detail = NULL;
 
 	if (getrlimit(RLIMIT_NOFILE, &rl) < 0) {
@@ -617,6 +616,11 @@ static void check_fds(struct doctor *d)
 		       NULL);
 		return;
 	}
+	/* As the mount will: its soft limit raised to the hard one. */
+	planned = d->cfg.max_connections
+			  ? d->cfg.max_connections
+			  : config_mount_connections(rl.rlim_max);
+	need = planned + FD_RESERVE;
 	detail = g_strdup_printf(
 		"RLIMIT_NOFILE soft %llu, hard %llu; the mount plans %u "
 		"connections + %d for FUSE, the index and logs%s",

@@ -843,7 +843,8 @@ static void test_describe(struct fixture *f, gconstpointer data)
 			"request_timeout:  2.5 s\n"
 			"max_attempts:     3\n"
 			"retry_deadline:   60 s\n"
-			"max_connections:  64 (default)\n"
+			"max_connections:  half the descriptor limit, at most "
+			"1024 (default)\n"
 			"writes:           new names only; the index's "
 			"objects read-only\n");
 	g_assert_null(strstr(text, "s3cr3t"));
