@@ -114,7 +114,7 @@ gboolean direct_slice_full(const struct loop *l)
  * FALSE: the slice is full of sockets in use, or curl's. */
 gboolean direct_make_room(struct loop *l)
 {
-	return loop_sockets(l) < l->slots || direct_close_idle(l);
+	return !direct_slice_full(l) || direct_close_idle(l);
 }
 
 /* An idle connection @a's lane can reuse, or NULL. */
